@@ -1,11 +1,10 @@
 """Containment: every process a job starts ends when the job ends (or is stopped).
 
 A process group is not a container (``setsid`` leaves it); a cgroup is. Where the driver can, each
-job runs in a cgroup v2 of its own under the driver's own cgroup, ended by ``cgroup.kill``;
-elsewhere the job's monitor is a subreaper that ends what the job left; ``contain = false`` stops
-only the job's process group. A process named by its pid is signalled through a pidfd checked
-against its start time, never a later process given that pid. Runs as root or in a monitor, and
-reads no file a user can write.
+job runs in a cgroup v2 of its own under the driver's own cgroup; elsewhere the job's monitor is a
+subreaper that ends what the job left; ``contain = false`` stops only the job's process group. A
+process named by its pid is signalled through a pidfd checked against its start time. Reads no file a
+user can write.
 """
 
 from __future__ import annotations
@@ -43,8 +42,8 @@ class Containment:
 
 
 def make_cgroup(path: str) -> bool:
-    """Make a cgroup (or v1 group), and its folder first if another driver removed it as it ended;
-    False if it cannot be made (the job then runs without it, contained by its subreaper monitor)."""
+    """Make a cgroup (or v1 group), and its folder first if another driver removed it as it ended; False if
+    it cannot be made."""
     return _mkdir(path) or (_mkdir(os.path.dirname(path)) and _mkdir(path))
 
 
@@ -59,9 +58,8 @@ def _mkdir(path: str) -> bool:
 
 
 def remove_base(found: Containment) -> None:
-    """As the driver ends: remove the jobs' cgroup folder if empty and holding no controllers. Left
-    there, it would keep a supervisor other than systemd from removing the driver's cgroup; made again,
-    one that held the controllers for limits would come back without them."""
+    """As the driver ends: remove the jobs' cgroup folder if empty and holding no controllers (left there, it
+    would keep a supervisor other than systemd from removing the driver's cgroup)."""
     if found.kind != CGROUP2 or found.base is None:
         return
     with suppress(OSError):  # a job's cgroup is in it (another driver's, a dead run's), or it is gone
@@ -70,8 +68,8 @@ def remove_base(found: Containment) -> None:
 
 
 def discover(enabled: bool) -> Containment:
-    """The containment this process can give jobs: the jobs' folder goes under the driver's own
-    cgroup v2, so that under systemd it is inside the service's delegated subtree (``Delegate=yes``)."""
+    """The containment this process can give jobs: the jobs' folder goes under the driver's own cgroup v2
+    (under systemd, inside the service's delegated subtree)."""
     if not enabled:
         return Containment(OFF, why="contain = false in onite.toml")
     if os.geteuid() != 0:
@@ -96,7 +94,7 @@ def discover(enabled: bool) -> Containment:
 
 
 def _probe(base: str) -> None:
-    """Make the jobs' folder, and a cgroup in it removed at once; OSError if this process may not."""
+    """Make the jobs' folder, and a cgroup in it, removed at once; OSError if this process may not."""
     os.makedirs(base, 0o755, exist_ok=True)
     probe = f"{base}/{PROBE}{os.getpid()}"
     os.mkdir(probe)
@@ -135,13 +133,13 @@ def own_cgroups(own: str) -> dict[str, str]:
 
 
 def read_file(path: str) -> bytes:
-    """The contents of a small kernel file (a cgroup's, /proc's); OSError if it cannot be read."""
+    """A small kernel file (a cgroup's, /proc's); OSError if it cannot be read."""
     with open(path, "rb") as handle:
         return handle.read()
 
 
 def write_file(path: str, text: str) -> int:
-    """Write ``text`` to a cgroup's control file in one write: 0, or the errno that refused it."""
+    """Write ``text`` to a control file in one write: 0, or the errno that refused it."""
     try:
         with open(path, "wb", buffering=0) as handle:
             handle.write(text.encode("ascii"))
@@ -151,7 +149,6 @@ def write_file(path: str, text: str) -> int:
 
 
 def cgroup_pids(path: str) -> list[int]:
-    """The processes in the cgroup at ``path`` (none if it is gone)."""
     try:
         return [int(word) for word in read_file(f"{path}/cgroup.procs").split()]
     except (OSError, ValueError):
@@ -159,7 +156,6 @@ def cgroup_pids(path: str) -> list[int]:
 
 
 def is_populated(path: str) -> bool:
-    """Does any process live in the cgroup at ``path``?"""
     try:
         events = read_file(f"{path}/cgroup.events")
     except OSError:  # gone, or a cgroup v1 group, which has no cgroup.events
@@ -179,10 +175,9 @@ def kill_cgroup(path: str) -> None:
 
 
 def kill_groups(groups: tuple[str, ...], rounds: int = 50) -> bool:
-    """SIGKILL every process in these v1 groups (all a run started, those that left its process group and
-    session too), looking again up to ``rounds`` times; True if any was there. Their pids group first takes no
-    new process (``pids.max`` 0): one that keeps forking a successor and exiting, its pid never the same
-    twice, cannot outrun the kills."""
+    """SIGKILL every process in these v1 groups, looking again up to ``rounds`` times; True if any was there.
+    Their pids group first takes no new process (``pids.max`` 0): a process that keeps forking a successor
+    and exiting cannot outrun the kills."""
     for group in groups:
         write_file(f"{group}/pids.max", "0")  # only the pids group has the file
     killed = False
@@ -198,9 +193,8 @@ def kill_groups(groups: tuple[str, ...], rounds: int = 50) -> bool:
 
 
 def signal_cgroup(path: str, sig: int) -> None:
-    """Send ``sig`` to every process of the cgroup. The cgroup is frozen meanwhile where it can be (a
-    frozen process can neither fork nor exit nor reap), so no pid read from cgroup.procs is given to
-    another process before it is signalled."""
+    """Send ``sig`` to every process of the cgroup, frozen meanwhile where it can be (a frozen process can
+    neither fork nor exit nor reap), so no pid read is given to another process before it is signalled."""
     frozen = _freeze(path)
     try:
         for pid in cgroup_pids(path):
@@ -239,7 +233,6 @@ def remove_cgroup(path: str, wait: float = 2.0) -> None:
 
 
 def set_subreaper() -> bool:
-    """Make this process the reaper of every orphan among its descendants."""
     try:
         import ctypes
 
@@ -265,13 +258,13 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def is_zombie(pid: int) -> bool:
-    """Has ``pid`` exited, unreaped (or is it gone)? A dead monitor is init's zombie until reaped."""
+    """Has ``pid`` exited (unreaped, or gone)?"""
     fields = stat_fields(pid)
     return fields is None or fields[0] in (b"Z", b"X")
 
 
 def boot_id() -> str:
-    """This boot of the machine ("" if unknown): a record or heartbeat of another boot is gone."""
+    """This boot of the machine ("" if unknown)."""
     try:
         return read_file("/proc/sys/kernel/random/boot_id").decode("ascii", "replace").strip()
     except OSError:
@@ -279,7 +272,6 @@ def boot_id() -> str:
 
 
 def signal_pid(pid: int, sig: int) -> None:
-    """Send ``sig`` to ``pid``; nothing if it is gone (or not ours to signal)."""
     with suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
 
@@ -294,9 +286,8 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 
 def sweep_stale(folders: list[str], *, older_than: float = STALE_CGROUP_AGE, only=None) -> int:
-    """Remove the empty job cgroups under ``folders`` (monitors' slots, ``discover``'s probes) older than
-    ``older_than`` s, of those ``only(name)`` says; how many. A monitor killed before it gave a slot to a
-    run leaves one no record names; a young one may be about to be joined."""
+    """Remove the empty slots and probes under ``folders`` older than ``older_than`` s, of those ``only(name)``
+    says (a young one may be about to be joined); how many."""
     now = time.time()
     removed = 0
     for folder in folders:
@@ -325,7 +316,7 @@ def _numbered(name: str, prefix: str) -> bool:
 
 
 def listed():
-    """(pid, /proc/PID/stat fields) of every process listed now."""
+    """(pid, /proc/PID/stat fields) of every process."""
     for entry in os.listdir("/proc"):
         fields = stat_fields(int(entry)) if entry.isdigit() else None
         if fields is not None:
@@ -346,8 +337,8 @@ def descendants(pid: int) -> list[tuple[int, int]]:
 
 
 def signal_exact(pid: int, ticks: int | None, sig: int) -> bool:
-    """Send ``sig`` to the process ``pid`` that started at ``ticks`` (None: whichever has the pid
-    now), through a pidfd opened before its start time is checked; whether it was sent."""
+    """Send ``sig`` to the process ``pid`` that started at ``ticks`` (None: whichever has the pid now), through
+    a pidfd opened before its start time is checked; whether it was sent."""
     import signal  # here: submit reads boot_id() from contain and need not pay for signal's enums
 
     try:
@@ -366,7 +357,7 @@ def signal_exact(pid: int, ticks: int | None, sig: int) -> bool:
 
 
 def group_has_others(leader: int) -> bool:
-    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) alive in its
-    process group? Read from /proc: a signal 0 to the group would count the zombie."""
+    """Is any process but ``leader`` (an unreaped zombie) alive in its process group? From /proc: a signal 0
+    to the group would count the zombie."""
     return any(pid != leader and int(fields[2]) == leader and fields[0] not in (b"Z", b"X")
                for pid, fields in listed())

@@ -1,10 +1,9 @@
 """Limits held by the kernel: a job's memory, CPU and pids limits in its cgroups, and what it used.
 
-On cgroup v2 the job's containment cgroup holds them; on v1 a group per job and controller under
-the driver's own; elsewhere nothing enforces them, and the job is measured by its rusage. The CPU
-limit is set before the job's fork, the memory limit once its monitor has left its groups; the pids
-limit is one above ``max_pids`` while the monitor is in the group, ``max_pids`` once it has left.
-Runs in the monitor: imports only os, errno and contain.
+On cgroup v2 the job's containment cgroup holds them; on v1 a group per job and controller under the
+driver's own; elsewhere nothing enforces them, and the job is measured by its rusage. The CPU limit is
+set before the job's fork, the memory limit once its monitor has left its groups; the pids limit is
+one above ``max_pids`` while the monitor is in the group. Runs in the monitor.
 """
 
 from __future__ import annotations
@@ -20,10 +19,9 @@ PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
 
 
 class Limiter:
-    """How this driver holds jobs to their requests: on ``v2`` (the jobs' cgroup folder), ``v1``
-    (controller → the folder of the jobs' groups) or neither; ``max_pids`` (0: none) on ``pids_v2`` or v1.
-    A step is (path, text, limit): a folder to make (text None) or a file to write; ``limit``: the
-    limit a failure leaves unset ("": none)."""
+    """How this driver holds jobs to their requests: on ``v2`` (the jobs' cgroup folder), ``v1`` (controller →
+    the folder of the jobs' groups) or neither; ``max_pids`` (0: none) on ``pids_v2`` or v1. A step is (path,
+    text, limit): a folder to make (text None) or a file to write, and the limit a failure leaves unset."""
 
     def __init__(self, *, v2: str | None = None, v1: dict[str, str] | None = None, why: str = "",
                  max_pids: int = 0, pids_v2: str | None = None) -> None:
@@ -35,7 +33,6 @@ class Limiter:
 
     @property
     def enforced(self) -> bool:
-        """Are memory requests held by the kernel here?"""
         return self.v2 is not None or "memory" in self.v1
 
     def describe(self) -> str:
@@ -53,18 +50,18 @@ class Limiter:
         return f"{text}; at most {self.max_pids} processes a job (cgroup {'v2' if self.pids_v2 else 'v1'} pids)"
 
     def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
-        """The v1 controllers (name, folder) one run gets a group in: memory and pids always, cpu for a
-        CPU limit, cpuacct where no cgroup v2 counts the job's CPU."""
+        """The v1 controllers (name, folder) one run gets a group in: memory and pids, cpu for a CPU limit,
+        cpuacct where no cgroup v2 counts the job's CPU."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
                 if controller in ("memory", "pids") or (controller == "cpu" and cpus is not None)
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
     def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
-        """The v1 groups of one run, which its process joins."""
+        """The v1 groups one run joins."""
         return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, cpus))
 
     def _v2_group(self, run_id: str, v2_cgroup: str | None, base: str | None) -> str | None:
-        """Where ``base`` (a v2 folder holding a controller, or None) limits one run: its containment cgroup."""
+        """Where ``base`` (a v2 folder holding a controller, or None) limits one run."""
         return None if base is None else v2_cgroup or f"{base}/{run_id}"
 
     def steps(self, run_id: str, v2_cgroup: str | None, cpus: int | None) -> tuple[tuple, ...]:
@@ -81,7 +78,7 @@ class Limiter:
         return tuple(steps)
 
     def pids_steps(self, run_id: str, v2_cgroup: str | None, room: int) -> tuple[tuple, ...]:
-        """The write of one run's pids limit, ``room`` above ``max_pids`` (for its monitor), if any."""
+        """The write of one run's pids limit, ``room`` above ``max_pids`` (for its monitor)."""
         where = self._v2_group(run_id, v2_cgroup, self.pids_v2) or \
             (f"{self.v1['pids']}/{run_id}" if "pids" in self.v1 else None)
         if not self.max_pids or where is None:
@@ -89,8 +86,8 @@ class Limiter:
         return ((f"{where}/pids.max", str(self.max_pids + room), "pids"),)
 
     def memory_steps(self, run_id: str, v2_cgroup: str | None, mem: int | None) -> tuple[tuple, ...]:
-        """The writes of one run's memory limit, taken once the monitor has left the job's cgroups
-        (``apply_memory``): set before, the OOM killer could take the monitor rather than a small job."""
+        """The writes of one run's memory limit, taken once the monitor has left the job's cgroups: set
+        before, the OOM killer could take the monitor rather than a small job."""
         if mem is None:
             return ()
         if (v2 := self._v2_group(run_id, v2_cgroup, self.v2)) is not None:
@@ -102,8 +99,8 @@ class Limiter:
         return ()
 
     def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
-        """The files ``usage`` reads what one run used from, each (key, path, field, scale): memory where
-        its limit is held, CPU from its cgroup v2 (cpu.stat needs no controller), else from v1 cpuacct."""
+        """What ``usage`` reads of one run, each (key, path, field, scale): memory where its limit is held,
+        CPU from its cgroup v2 (cpu.stat needs no controller), else from v1 cpuacct."""
         reads: list[tuple] = []
         v2 = self._v2_group(run_id, v2_cgroup, self.v2)
         if "memory" in self.v1:
@@ -119,19 +116,18 @@ class Limiter:
         return tuple(reads)
 
     def groups_of(self, groups: tuple[str, ...]) -> tuple[str, ...]:
-        """The v1 groups a dead run's record names that are this driver's to touch: a run's own group
-        right under one of its folders (a record is root's, but it is checked all the same)."""
+        """The v1 groups a dead run's record names that are this driver's to touch: right under its folders."""
         return tuple(g for g in groups if g.rpartition("/")[0] in self.v1.values() and ".." not in g)
 
     def remove_folders(self) -> None:
-        """As the driver ends: remove its empty v1 folders (a driver that finds one gone makes it again)."""
+        """As the driver ends: remove its empty v1 folders."""
         remove(tuple(dict.fromkeys(self.v1.values())))
 
 
 def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/self/mountinfo",
              own: str = "/proc/self/cgroup") -> Limiter:
-    """The limits this driver can set: memory and CPU on v2 where ``v2_base`` has those controllers,
-    else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where it can, else on v1."""
+    """The limits this driver can set: memory and CPU on v2 where ``v2_base`` has those controllers, else on
+    v1, else none; the pids limit (``max_pids``; 0: none) likewise."""
     if os.geteuid() != 0:
         return Limiter(why="the driver is not root", max_pids=max_pids)
     v2 = v2_base if v2_base is not None and _enable(v2_base, ("memory", "cpu")) else None
@@ -164,7 +160,7 @@ def _enable(v2_base: str, controllers: tuple[str, ...]) -> bool:
 
 
 def apply(steps: tuple[tuple, ...]) -> list[str]:
-    """Take ``Limiter.steps``; the limits left unset (a job runs without them, and its start line says so)."""
+    """Take ``Limiter.steps``; the limits left unset (the job runs without them)."""
     missed: list[str] = []
     failed: list[str] = []  # folders not made: nothing is written in them
     for path, text, limit in steps:
@@ -182,9 +178,8 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
 
 
 def apply_memory(steps: tuple[tuple, ...]) -> tuple[list[str], bool]:
-    """Take ``Limiter.memory_steps``; the limits left unset, and whether the job is past its limit already.
-    The limit leaves room (at most MONITOR_SLACK) for the pages the monitor touched as it forked the
-    job. v1 refuses a limit below what the group holds (EBUSY): the monitor kills the job, as the kernel would."""
+    """Take ``Limiter.memory_steps``; the limits left unset, and whether the job is past its limit already (v1
+    refuses it, EBUSY). The limit leaves room (at most MONITOR_SLACK) for the pages the monitor touched."""
     missed: list[str] = []
     room = 0
     for path, text, limit in steps:
@@ -212,7 +207,7 @@ def usage(reads: tuple[tuple, ...]) -> dict:
 
 
 def remove(groups: tuple[str, ...]) -> None:
-    """Remove the v1 groups (or folders) that are empty."""
+    """Remove the v1 groups or folders that are empty."""
     for path in groups:
         try:
             os.rmdir(path)

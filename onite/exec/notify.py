@@ -1,9 +1,9 @@
 """Telling a job's owner how it ended: mail through the local sendmail, or the admin's hook command.
 
 A notice starts once the job is filed and never delays the next job: the notifier runs in its own
-session, never waited for, its stdin a memfd. At most MAX_RUNNING run at once, the rest wait (one
-user's after another's); those past notify_timeout are killed; every failure is one
-``notify-failed`` line. Notifiers run with the driver's credentials, as atd runs sendmail.
+session, never waited for. At most MAX_RUNNING run at once, the rest wait (one user's after
+another's); those past notify_timeout are killed; every failure is one ``notify-failed`` line.
+Notifiers run with the driver's credentials, as atd runs sendmail.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ def find_sendmail(config) -> tuple[str | None, str]:
 
 
 def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | None, config) -> str | None:
-    """"mail", "command" or None: the notice a final ``result`` calls for. The job's ``--notify`` and
-    ``--notify-on`` win over the spool's; "failure": failed, for any reason; "always" adds done and cancelled."""
+    """"mail", "command" or None: the notice a final ``result`` calls for (the job's choice, else the spool's)."""
     how = job_notify or config.notify
     when = job_notify_on or config.notify_on
     if how not in ("mail", "command"):
@@ -59,8 +58,7 @@ def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | No
 
 
 def _one_line(text: str, limit: int = 120) -> str:
-    """``text`` as a mail shows it: safetext.phrase (no line break the email module would fold at, no
-    invisible or reordering character), cut to ``limit``."""
+    """``text`` as a mail shows it: safetext.phrase (no line break, no invisible character), cut to ``limit``."""
     text = phrase(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -110,7 +108,7 @@ def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -
 
 
 class _Pending:
-    """A notifier that was started and has not been reaped yet."""
+    """A notifier started and not reaped yet."""
 
     def __init__(self, *, name: str, how: str, popen: subprocess.Popen, deadline: float,
                  stderr_fd: int | None) -> None:
@@ -121,7 +119,7 @@ class _Pending:
         self.killed: str | None = None  # why it was killed ("timeout", "driver stopped")
 
     def read_stderr(self) -> None:
-        """Keep the last STDERR_KEEP bytes of what it wrote to stderr so far."""
+        """Keep the last STDERR_KEEP bytes it wrote to stderr."""
         while self.stderr_fd is not None:
             try:
                 chunk = os.read(self.stderr_fd, 65536)
@@ -154,7 +152,6 @@ class Notifier:
 
     @property
     def busy(self) -> bool:
-        """Notifiers running or waiting to start: the driver must call ``reap``."""
         return bool(self.pending or self.waiting)
 
     def notify(self, result: Result, job, config) -> None:
@@ -235,7 +232,7 @@ class Notifier:
                                      deadline=self.clock.monotonic() + config.notify_timeout.total_seconds()))
 
     def reap(self, now_mono: float | None = None) -> None:
-        """Log the notifiers that ended, kill those past their time, start those waiting; never blocks."""
+        """Log the notifiers that ended, kill those past their time, start those waiting."""
         now_mono = self.clock.monotonic() if now_mono is None else now_mono
         keep = []
         for pending in self.pending:
@@ -290,12 +287,12 @@ class Notifier:
             os.killpg(pending.popen.pid, signal.SIGKILL)
 
     def next_deadline(self) -> float | None:
-        """Monotonic time by which ``reap`` should run again, or None with nothing pending."""
+        """When ``reap`` should run again (None: nothing pending)."""
         return min((p.deadline for p in self.pending), default=None)
 
     def finish(self, stop=lambda: False) -> None:
-        """The driver is ending: start the notices waiting and wait for every notifier, each at most until
-        its time is up; once ``stop()`` (a hard stop), those left are killed."""
+        """The driver is ending: start the notices waiting and wait for every notifier, each at most until its
+        time is up; once ``stop()`` (a hard stop), those left are killed."""
         while self.busy:
             now_mono = self.clock.monotonic()
             if stop():

@@ -1,9 +1,8 @@
 """A PAM session for a local job's owner, as atd and cron open one: limits.conf, pam_loginuid.
 
 A child of the job's monitor opens it and forks the job, so that the job, never the monitor, gets
-what pam_limits and pam_loginuid set; the monitor closes it once the job has ended. pamela (ctypes
-over libpam) is imported from the folder the driver found it in. Runs in the monitor: imports only
-os, json and sys, and pamela.
+what pam_limits and pam_loginuid set; the monitor closes it once the job has ended. Runs in the
+monitor, which imports pamela (ctypes over libpam) from the folder the driver found it in.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ class Pam:
         self.service, self.path, self.why, self.required = service, path, why, required
 
     def describe(self) -> str:
-        """What applies to the jobs, for the log and ``onite status``."""
+        """For the log and ``onite status``."""
         if self.service is not None:
             return f"a session for each job's owner (service {self.service}: its limits and login uid)"
         return f"no session ({self.why}): job limits are the driver's"
@@ -50,8 +49,8 @@ _LOADED: list = []  # a handle of the service, never ended: its modules stay loa
 
 
 def load(path: str, service: str) -> None:
-    """Import pamela from ``path`` and load ``service``'s modules (ahead of a monitor's first run: a
-    session then costs a millisecond, not ten); a failure here is the first run's to report."""
+    """Import pamela from ``path`` and load ``service``'s modules ahead of a monitor's first run (a session
+    then costs a millisecond, not ten); a failure here is the first run's to report."""
     if path not in sys.path:
         sys.path.append(path)
     try:
@@ -63,10 +62,9 @@ def load(path: str, service: str) -> None:
 
 
 def start(service: str, user: str, fork_job, leave) -> tuple[int | None, str, list]:
-    """Open ``user``'s session in a child of this monitor and run ``fork_job()`` there (the job's pid or
-    None, the report, the limits unset), so that what pam_limits and pam_loginuid set is the job's, never
-    the monitor's. The child exits once the job runs: the job comes to the monitor, its subreaper, which
-    leaves its own cgroups at once. What ``fork_job`` returned, or None and ``pam 0 WHY``."""
+    """Open ``user``'s session in a child of this monitor and run ``fork_job()`` there; the child exits once
+    the job runs, which comes to the monitor, its subreaper. What ``fork_job`` returned, or None and
+    ``pam 0 WHY``."""
     read, write = os.pipe2(os.O_CLOEXEC)
     child = os.fork()
     if child == 0:

@@ -1,8 +1,7 @@
 """The Plan: everything a monitor needs for one run, decided by the driver, and how it travels.
 
-A Plan goes to its monitor in one datagram on the monitor's socket: its data in a memfd (no
-environment is too large for a datagram), then its descriptors (SCM_RIGHTS), so that a driver
-killed while sending sent it whole or not at all. Imported by the monitor: os, marshal, socket.
+A Plan goes to its monitor in one datagram: its data in a memfd (no environment is too large), its
+descriptors by SCM_RIGHTS, so that a driver killed while sending sent it whole or not at all.
 """
 
 from __future__ import annotations
@@ -58,8 +57,7 @@ class Plan:
 
 
 def receive(sock: socket.socket) -> Plan | None:
-    """The next Plan the driver sends, with the descriptors received in place of the driver's numbers;
-    None once the driver's end is closed."""
+    """The next Plan the driver sends, with the descriptors received; None once the driver's end is closed."""
     try:
         word, fds, _, _ = socket.recv_fds(sock, 16, 16)
     except OSError:
@@ -82,7 +80,7 @@ def receive(sock: socket.socket) -> Plan | None:
 
 
 def memory_file(name: str, data: bytes = b"") -> int:
-    """A close-on-exec file in memory holding ``data``, at its start; OSError if it cannot be made or written."""
+    """A close-on-exec file in memory holding ``data``, at its start; OSError if it cannot be made."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         view = memoryview(data)

@@ -19,7 +19,7 @@ KILL_SETTLE = 5.0  # seconds after SIGKILL in which processes still found are si
 
 
 def _scan(what: str, limit: int, uid: int | None = None):
-    """(pid, /proc/PID/``what``) of every process but this one (of ``uid`` only) this process may read."""
+    """(pid, /proc/PID/``what``) of every process but this one (of ``uid`` only) it may read."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -33,8 +33,7 @@ def _scan(what: str, limit: int, uid: int | None = None):
 
 
 def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
-    """The processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``, by their
-    environment (a driver that is not root finds only its own user's)."""
+    """The processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``."""
     wanted = {b"ONITE_JOB=" + name.encode(), b"ONITE_JOB_SPOOL=" + os.fsencode(spool)}
     found = []
     for pid, data in _scan("environ", ENVIRON_LIMIT):
@@ -56,8 +55,7 @@ def with_argument(argument: bytes, uid: int) -> list[tuple[int, int]]:
 
 
 def stop_processes(find, grace: float) -> int:
-    """SIGTERM what ``find()`` returns, SIGKILL what it still finds after ``grace`` s (found again while
-    waiting: children started late are caught); how many were signalled."""
+    """SIGTERM what ``find()`` returns, SIGKILL what it still finds after ``grace`` s; how many were signalled."""
     signalled: set[int] = set()
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
@@ -77,11 +75,10 @@ def stop_processes(find, grace: float) -> int:
 
 def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limiter: limits.Limiter, spool: str,
                    name: str, run_id: str, pgid: int | None = None) -> bool:
-    """Stop what is left of run ``run_id`` of job ``name`` whose monitor is gone and remove its groups, as the
-    monitor would have; True if any of it ran. Only what its run record ``rec`` (None if unreadable) names
-    and this driver may touch is signalled: its cgroup right under the jobs' folder, its v1 groups, its
-    process group where a process of that run (its ONITE_RUN_ID) leads it; where it has no groups and
-    nothing was killed so far, its processes found by their ONITE_RUN_ID."""
+    """Stop what is left of run ``run_id`` of job ``name`` whose monitor is gone, and remove its groups; True if
+    any of it ran. Only what its run record ``rec`` (None if unreadable) names and this driver may touch is
+    signalled: its cgroup under the jobs' folder, its v1 groups, its process group where a process of that
+    run leads it; with no groups and nothing killed, its processes found by their ONITE_RUN_ID."""
     base, killed = containment.base, False
     cgroup, groups = (rec.cgroup, limiter.groups_of(rec.groups)) if rec is not None else (None, ())
     pgid = (rec.job_pid if rec is not None else None) or pgid

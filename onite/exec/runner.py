@@ -80,8 +80,8 @@ class Run:
 
 
 def record_stop(record_path: Path | None, why: Stop, by: str | None) -> None:
-    """Write why onite stops a run into its record, before the stop: whoever files the run (the next
-    driver too, if this one dies first) files it as stopped. One that cannot be written stops nothing."""
+    """Write why onite stops a run into its record before the stop: whoever files the run (the next driver
+    too) files it as stopped. One that cannot be written stops nothing."""
     if record_path:
         with suppress(runrecords.RecordError):  # the driver that stops it still knows
             runrecords.add_event(record_path, {"event": "stop", "why": str(why), "by": by})
@@ -94,13 +94,12 @@ class Runner(Protocol):
     runs: list[Run]  # the runs it is responsible for now
 
     def record_info(self, run: Run) -> dict:
-        """What this executor adds to the first line of ``run``'s record, for recovery."""
+        """What this executor adds to the first line of ``run``'s record."""
         return {}
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
-        """Start ``run``; ``stderr_path``: its stderr file, kept apart if its job asks; ``record_fd``: an
-        O_APPEND descriptor of its record, which the caller closes.
-        Raises SpawnError (the reason is recorded), NoRecord or Unavailable."""
+        """Start ``run``; ``record_fd``: an O_APPEND descriptor of its record, which the caller closes.
+        SpawnError (the reason is recorded), NoRecord or Unavailable: it did not start."""
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """TERM now, KILL after the grace period; with Stop.SHUTDOWN (the driver's hard stop), as soon as it can."""
@@ -122,9 +121,8 @@ class Runner(Protocol):
         """The same for a claim of ``spool`` with no run record, found by the job's environment."""
 
     def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:
-        """Send a dead driver's run (a Slurm job) in flight (``unstarted``: only if it has not started) its cancel
-        now, not waited for (``recover`` waits for it), a hard stop's line written into its record first; whether
-        it was sent."""
+        """Send a dead driver's run in flight (``unstarted``: only if it has not started) its cancel, not waited
+        for (``recover`` waits); whether it was sent."""
         return False
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
@@ -132,12 +130,11 @@ class Runner(Protocol):
         return None
 
     def unstarted(self, runs: list[Run]) -> list[Run]:
-        """Of ``runs`` (each ``pending`` at the last look), those that still wait in the executor's queue, never
-        started, as it says now."""
+        """Of ``runs`` (each ``pending`` at the last look), those still waiting in the executor's queue."""
         return []
 
     def busy(self) -> bool:
-        """Work still in flight: the driver waits for it before it exits."""
+        """Work in flight: the driver waits for it before it exits."""
         return bool(self.runs)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:

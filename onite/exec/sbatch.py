@@ -38,14 +38,12 @@ def time_limit_minutes(timeout: timedelta) -> int:
 
 
 def nice_for(priority: int, urgent: bool, step: int) -> int:
-    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0. Slurm
-    clamps priority minus nice at 1, so ``step`` must exceed the spread Slurm gives jobs of one onite
-    priority, yet stay well below the priorities themselves (or every job but P1's becomes 1: FIFO)."""
+    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0 (``step``: docs/slurm.md)."""
     return 0 if urgent else (priority - 1) * step
 
 
 def export_file(env: dict[bytes, bytes]) -> bytes:
-    """The export-file body: NAME=value records, each ended by NUL."""
+    """NAME=value records, each ended by NUL."""
     return b"".join(name + b"=" + value + b"\0" for name, value in env.items())
 
 
@@ -58,8 +56,8 @@ def oversized_variable(env: dict[bytes, bytes]) -> str | None:
 
 
 def output_pattern(path: bytes) -> bytes:
-    """``path`` as an sbatch --output/--error pattern naming exactly it: % doubled, but in a path
-    holding a backslash, which sbatch takes literally already."""
+    """``path`` as an sbatch --output/--error pattern naming exactly it: % doubled, but in a path holding a
+    backslash, which sbatch takes literally already."""
     return path if b"\\" in path else path.replace(b"%", b"%%")
 
 
@@ -79,8 +77,7 @@ _SPACE = b" \t\n\v\f\r"  # C's isspace
 
 
 def unsupported_directive(script: bytes) -> str | None:
-    """Why an ``#SBATCH`` line of the script's header cannot run under onite (one onite job is one
-    Slurm job that onite polls), or None."""
+    """Why an ``#SBATCH`` (or ``#PBS``) line of the script's header cannot run under onite, or None."""
     for raw in script.split(b"\n")[1:]:
         line = raw.strip()
         if not line:
@@ -102,8 +99,8 @@ def unsupported_directive(script: bytes) -> str | None:
 
 def _directive_words(text: bytes) -> list[str]:
     """The words of a directive line as sbatch splits it (its _get_argument), not as a shell would: a backslash
-    takes the next character literally but never joins two words (``x\\ --array=1-2`` is two), a quote ' or "
-    holds spaces until its like, and a ``#`` neither quoted nor escaped ends the line."""
+    takes the next character literally but never joins two words, a quote holds spaces until its like, and a
+    ``#`` neither quoted nor escaped ends the line."""
     words: list[str] = []
     word, quote, escaped, i = bytearray(), 0, False, 0
     while i <= len(text):
@@ -137,7 +134,7 @@ def _directive_words(text: bytes) -> list[str]:
 
 
 def unsupported_args(args: tuple[str, ...]) -> str | None:
-    """Why an option of [slurm] sbatch_args cannot be used (the #SBATCH lines refused, given by the admin), or None."""
+    """Why an option of [slurm] sbatch_args cannot be used (as the #SBATCH lines refused), or None."""
     for word in args:
         if what := _REFUSED.get(_option(word)):
             return f"{word!r} is not supported: {what}"
@@ -145,9 +142,8 @@ def unsupported_args(args: tuple[str, ...]) -> str | None:
 
 
 def _option(word: str, flags: set[str] = _FLAGS, refused: dict[str, str] = _REFUSED) -> str:
-    """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``). sbatch reads
-    its options with getopt_long, which takes a long one cut short (``--arr=1-3`` is ``--array=1-3``): a start of a
-    refused one is that one (sbatch takes it, or refuses it as ambiguous)."""
+    """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``); a long one
+    cut short is the refused one it starts (getopt_long takes ``--arr=1-3`` for ``--array=1-3``)."""
     if word.startswith("--"):
         name = word.split("=", 1)[0]
         return next((full for full in refused if len(name) > 2 and full.startswith(name)), name)
@@ -159,8 +155,8 @@ def _option(word: str, flags: set[str] = _FLAGS, refused: dict[str, str] = _REFU
 
 
 def run_comment(run_id: str, spool: str) -> str:
-    """``onite:RUN_ID:SPOOLTAG``, by which recovery finds a job a driver killed during sbatch never
-    recorded (SPOOLTAG, a hash, tells spools apart without showing paths)."""
+    """``onite:RUN_ID:SPOOLTAG``, by which recovery finds a job a driver killed during sbatch never recorded
+    (SPOOLTAG, a hash, tells spools apart without showing paths)."""
     return f"onite:{run_id}:{hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]}"
 
 
@@ -194,7 +190,7 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
 
 
 def as_owner_in(cwd: bytes, argv: list[bytes]) -> list[bytes]:
-    """``argv`` behind the wrapper that enters ``cwd`` first (run as the owner; see the module doc)."""
+    """``argv`` behind the wrapper that enters ``cwd`` first, as the owner."""
     return [b"/bin/sh", b"-c", _CD_WRAPPER.encode(), b"onite-sbatch", cwd, *argv]
 
 
@@ -226,7 +222,7 @@ def lost_controller(stderr: bytes) -> str | None:
 
 
 def refusal(stderr: bytes, script_size: int = 0) -> str:
-    """sbatch's complaint as one line for a result record (with the likely cause of a cryptic one)."""
+    """sbatch's complaint as one line (with the likely cause of a cryptic one)."""
     lines = [re.sub(r"^sbatch: (error: )?", "", line.strip()) for line in stderr.decode("utf-8", "replace").splitlines()]
     text = " ".join(line for line in lines if line)[:500] or "no message"
     if script_size > SCRIPT_LIMIT:

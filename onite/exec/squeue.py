@@ -84,8 +84,7 @@ def never_starts(job: JobStatus) -> bool:
 
 
 def never_reason(job: JobStatus, ask: str) -> str:
-    """Why Slurm can never start ``job`` (never_starts), in one line; ``ask``: ask_argv's answer, told as
-    what the job asks for when it reads as Slurm writes it."""
+    """Why Slurm can never start ``job``, in one line; ``ask``: ask_argv's answer, told if it reads as Slurm's."""
     cpus, nodes = ([*ask.strip().removesuffix("|").split("|"), "", ""])[:2]
     asks = (f"it asks for {cpus} CPU{'s' * (cpus != '1')} on {nodes} node{'s' * (nodes != '1')}; "
             if _DIGITS.fullmatch(cpus) and _DIGITS.fullmatch(nodes) else "")
@@ -98,8 +97,8 @@ def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> lis
 
 
 def parse_search(text: str) -> list[tuple[str, str, str]]:
-    """search_argv's lines → [(job id, state, comment)]; lines that do not parse are skipped. A comment
-    may hold a newline and so forge a line: the caller acts only on the jobs of the owner it searched."""
+    """search_argv's lines → [(job id, state, comment)]. A comment may hold a newline and so forge a line:
+    the caller acts only on the jobs of the owner it searched."""
     return [(job_id, state, comment) for job_id, state, comment in _rows(text, 3)]
 
 
@@ -113,8 +112,8 @@ _NODES = re.compile(r"[A-Za-z0-9._\-\[\],]{1,200}", re.ASCII)
 
 
 def _rows(text: str, count: int):
-    """squeue's lines as lists of ``count`` fields cut at "|" (the last one takes the rest), whose first
-    two are a job id and a state (its first word: "CANCELLED by 0" in some versions) as Slurm writes them."""
+    """squeue's lines as ``count`` fields cut at "|" (the last takes the rest), whose first two are a job id
+    and a state (its first word: "CANCELLED by 0" in some versions) as Slurm writes them."""
     for line in text.splitlines():
         fields = [part.strip() for part in line.rstrip().removesuffix("|").split("|", count - 1)]
         if len(fields) == count:
@@ -124,8 +123,7 @@ def _rows(text: str, count: int):
 
 
 def parse(text: str) -> dict[str, JobStatus]:
-    """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped, and an id seen twice
-    (no answer of Slurm's holds one job twice) is left out."""
+    """squeue's lines → {job id: JobStatus}; an id seen twice (no answer of Slurm's has that) is left out."""
     found: dict[str, JobStatus] = {}
     twice: set[str] = set()
     for job_id, state, status, reason, start, user, nice, nodes, end, restarts in _rows(text, len(FIELDS)):
@@ -156,7 +154,7 @@ def _when(text: str) -> datetime | None:
 
 
 def is_unknown_ids(returncode: int, stderr: str) -> bool:
-    """squeue failed only because an id does not exist (not a controller problem)."""
+    """squeue failed only because an id does not exist."""
     return returncode != 0 and "Invalid job id" in stderr
 
 
@@ -171,9 +169,8 @@ def decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 
 def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
-    """How a finished Slurm job ended; ``stopping``: why onite cancelled it (a state other than
-    CANCELLED: it ended on its own first, and that is recorded). One that ended before Slurm gave it
-    a node (cancelled while pending, past its --deadline) never ran: its result has no start."""
+    """How a finished Slurm job ended; ``stopping``: why onite cancelled it (in a state other than CANCELLED
+    it ended on its own first). One that ended before Slurm gave it a node never ran."""
     ended = _outcome(job, stopping=stopping, cancelled_by=cancelled_by)
     return ended if job.allocated else ended._replace(never_started=True)
 
@@ -201,7 +198,6 @@ def _outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) 
 
 
 def lost(job_id: str, *, unwatched: bool = False) -> Outcome:
-    """A job the controller no longer knows (ended more than MinJobAge ago, or its state was lost);
-    ``unwatched``: while no driver watched it."""
+    """A job the controller no longer knows; ``unwatched``: while no driver watched it."""
     unwatched_text = " while no driver watched it; how it ended is unknown, and it was not run again"
     return Outcome(reason=f"lost: Slurm forgot job {job_id}{unwatched_text if unwatched else ''}")
