@@ -82,7 +82,7 @@ def test_a_missing_interpreter_and_a_vanished_directory_are_reasons(spool, workd
 def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     from datetime import datetime
 
-    from onite.exec.launch import run_outputs
+    from onite.exec.runner import run_outputs
     from onite.exec.runner import Run
     from onite.exec.identity import current
     from onite.core.job import Job

@@ -14,19 +14,49 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
+from onite.core.identity import Identity
 from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
 from onite.exec.pam import Pam
-from onite.exec.plan import Plan, memory_file
-from onite.exec.launch import credentials, interpreter, job_environment, occupy_standard_descriptors, run_outputs
+from onite.exec.plan import SCRIPT, Plan, memory_file
 from onite.exec.processes import find_run_processes, stop_leftovers, stop_processes
-from onite.exec.runner import NoRecord, Run, Runner, SpawnError, record_stop
+from onite.exec.runner import NoRecord, Run, Runner, SpawnError, job_environment, record_stop, run_outputs
 from onite.spool import runrecords
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 CLOSE_WAIT = 2.0  # seconds a waiting monitor is given to exit once let go
+
+
+def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
+    """The command that runs ``body``, with SCRIPT where its path goes: the interpreter its ``#!`` line names
+    (the path, then at most one argument), else ``shell``."""
+    if body.startswith(b"#!"):
+        line = body[2:].split(b"\n", 1)[0].strip(b" \t\r")
+        if line:
+            program, _, arg = line.replace(b"\t", b" ").partition(b" ")
+            arg = arg.strip(b" ")
+            return (program, *((arg,) if arg else ()), SCRIPT)
+    return (os.fsencode(shell), SCRIPT)
+
+
+def credentials(identity: Identity | None = None) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
+    """The real, effective and saved uids and gids, and the groups with their rights, of this process, or
+    of a process that runs as ``identity``: where the two are equal, switching to ``identity`` changes nothing."""
+    if identity is not None:
+        return (identity.uid,) * 3, (identity.gid,) * 3, frozenset(identity.groups) | {identity.gid}
+    resgid = os.getresgid()
+    return os.getresuid(), resgid, frozenset(os.getgroups()) | {resgid[1]}
+
+
+def occupy_standard_descriptors() -> None:
+    """Open /dev/null on any of descriptors 0-2 that is closed, so no job file takes its number."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
 
 
 class Monitor:

@@ -1,6 +1,6 @@
 """Finding and stopping processes by what they carry, where no monitor or record names them.
 
-Every process of a job inherits ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL (onite.exec.launch).
+Every process of a job inherits ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL (onite.exec.runner.job_environment).
 Each is signalled through a pidfd, never a later process given its pid.
 """
 

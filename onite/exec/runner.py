@@ -1,19 +1,26 @@
-"""What the driver asks of an executor (a ``Runner``: LocalRunner, SlurmRunner), and the attempt it
-hands one (a ``Run``). A runner never files a job: it reports how a run ended (onite.drain.finish)."""
+"""What the driver asks of an executor (a ``Runner``: LocalRunner, SlurmRunner), the attempt it hands one
+(a ``Run``), and what both give a run: its environment and output files. A runner never files a job: it
+reports how a run ended (onite.drain.finish)."""
 
 from __future__ import annotations
 
-from contextlib import suppress
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from onite.core.errors import SpoolIOError
 from onite.core.identity import Identity
 from onite.core.job import Job
+from onite.core.names import split_key
 from onite.core.resources import Need
 from onite.core.state import Outcome, Stop
 from onite.spool import runrecords
+from onite.spool.files import remove_file
+from onite.spool.outputs import open_output
 
 if TYPE_CHECKING:
     from onite.core.config import Config
@@ -85,6 +92,54 @@ def record_stop(record_path: Path | None, why: Stop, by: str | None) -> None:
     if record_path:
         with suppress(runrecords.RecordError):  # the driver that stops it still knows
             runrecords.add_event(record_path, {"event": "stop", "why": str(why), "by": by})
+
+
+def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
+    """The environment captured at submit; the owner's login variables when the driver is root; then
+    ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL, by which recovery finds a run's processes (processes.py)."""
+    env = dict(run.job.env)
+    if switch_user:
+        env.update(run.owner.login_env())
+    env[b"ONITE_JOB"] = run.name.encode()
+    env[b"ONITE_RUN_ID"] = run.run_id.encode()
+    env[b"ONITE_JOB_SPOOL"] = os.fsencode(run.spool)
+    return env
+
+
+def attempt_marker(run: Run) -> str:
+    """The line a retry's output starts with, in each output file of the job."""
+    return f"\n[onite] attempt {run.attempt} of {split_key(run.name)[1]}, {run.started:%Y-%m-%d %H:%M:%S}\n"
+
+
+@contextmanager
+def run_outputs(run: Run, stdout_path: Path, stderr_path: Path, identity: Identity | None, *,
+                append: bool) -> Iterator[tuple[int, int | None]]:
+    """The run's output files (stdout, and ``stderr_path`` when kept apart), open while the block runs; a
+    retry (``append``) adds to each after its attempt marker. An older ``stderr_path`` of a job that does
+    not keep stderr apart is removed, so that another job's cannot pass for this run's.
+    NoRecord: a file cannot be created or written (no fault of the job's: the driver stops starting
+    jobs); SpawnError: the old stderr file cannot be removed."""
+    if not run.job.stderr_separate:
+        try:
+            remove_file(stderr_path)
+        except SpoolIOError as err:
+            raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.cause.strerror}") from None
+    fds: list[int] = []
+    try:
+        for path in (stdout_path, stderr_path) if run.job.stderr_separate else (stdout_path,):
+            try:
+                fds.append(open_output(path, (identity.uid, identity.gid) if identity else None, append=append))
+            except OSError as err:
+                raise NoRecord(f"cannot create its output file {path}: {err.strerror}") from None
+            try:
+                if append:
+                    os.write(fds[-1], attempt_marker(run).encode())
+            except OSError as err:
+                raise NoRecord(f"cannot write its output file {path}: {err.strerror}") from None
+        yield fds[0], fds[1] if len(fds) > 1 else None
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 class Runner(Protocol):

@@ -25,9 +25,8 @@ from onite.core.names import job_label
 from onite.core.state import Outcome, Stop, stopped_outcome
 from onite.exec import processes, sbatch, squeue
 from onite.exec.contain import is_zombie, process_start_ticks, signal_exact
-from onite.exec.launch import job_environment, run_outputs
 from onite.exec.plan import memory_file
-from onite.exec.runner import Run, Runner, SpawnError, Unavailable, record_stop
+from onite.exec.runner import Run, Runner, SpawnError, Unavailable, job_environment, record_stop, run_outputs
 from onite.spool import runrecords
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
