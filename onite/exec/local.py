@@ -264,8 +264,7 @@ class LocalRunner(Runner):
             if outcome is not None:
                 self._first_stop(run)
                 if run.stopping == Stop.SHUTDOWN and outcome.exit_code is not None:
-                    # the hard stop's SIGKILL cannot be turned into an exit code: the job ended on its
-                    # own first, so it is filed, not rerun
+                    # a hard stop's SIGKILL gives no exit code: the job ended on its own first, filed, not rerun
                     run.stopping = None
                 finished.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         done = {run for run, _ in finished}  # a Run is hashed by its identity

@@ -204,10 +204,8 @@ def parse_job_id(stdout: bytes) -> str | None:
 SCRIPT_LIMIT = 4 * 1024 * 1024  # slurmctld's default max_script_size
 
 
-# What sbatch says when it lost the controller (slurm_strerror's words): before it sent the job (nothing was
-# submitted), or after (the controller may have taken it). sbatch runs as the job's owner, who may have it say
-# anything (a traced sbatch, or an #SBATCH value its refusal echoes), so these words only send the driver to
-# ask Slurm itself (onite.exec.slurm).
+# What sbatch says when it lost the controller (slurm_strerror's words), after it sent the job or before. Its
+# owner may have it say anything, so these words only send the driver to ask Slurm itself (onite.exec.slurm).
 _CUT = ("zero bytes were transmitted or received", "socket timed out on send/recv operation",
         "unable to contact slurm controller (send failure)", "unable to contact slurm controller (receive failure)",
         "unable to contact slurm controller (shutdown failure)", "slurmctld is not responding")

@@ -202,12 +202,10 @@ class SlurmRunner(Runner):
             unsent = f"{sbatch.UNREACHED}: {sbatch.refusal(err)}" if lost == sbatch.UNSENT else None
             self._doubt(run, sub, why, unsent)
             return None
-        # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
-        # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
+        # the owner may trace sbatch and make it say another job's id: the job must be theirs (or Slurm not answer)
         asked, status = self._ours(job_id, run.owner.uid)
         if asked and status is None:
-            # cancel what it submitted (found by the run in its comment), never the owner's job of that name
-            # from another spool
+            # cancel what it submitted (found by its run's comment), never a job of that name from another spool
             uid = self._job_uid(run.owner.uid)
             for submitted in self._jobs_of_run(run.name, run.run_id, run.spool, uid) or ():
                 self._scancel(submitted, uid)
@@ -398,8 +396,7 @@ class SlurmRunner(Runner):
         if waited >= 0:
             run.started = status.start
         if run.job.timeout is not None:
-            # StartTime is cut to the second: the job began in [StartTime, StartTime + 1 s), and
-            # not after now. Counting from the latest possible start never cuts its time short.
+            # StartTime is cut to the second: counting from the latest possible start never cuts its time short
             now_wall = time.time()  # compared with Slurm's StartTime: the real clock
             elapsed = now_wall - min(status.start.timestamp() + 1.0, now_wall)
             run.timeout_at = self.clock.monotonic() - elapsed + run.job.timeout.total_seconds()
@@ -446,8 +443,7 @@ class SlurmRunner(Runner):
         if done is not None and done.returncode == 0:
             answer = squeue.parse(done.stdout.decode("utf-8", "replace"))
         elif done is not None and squeue.is_unknown_ids(done.returncode, done.stderr.decode("utf-8", "replace")):
-            # squeue refuses the whole list for one id it does not know: ask for each, so that one
-            # gone (or never real) is not taken for all of them gone
+            # squeue refuses the whole list for one id it does not know: ask for each, not taking all for gone
             answer = {}
             for job_id in job_ids if len(job_ids) > 1 else ():
                 one = self._query([job_id])
@@ -466,8 +462,7 @@ class SlurmRunner(Runner):
         return answer
 
     def _scancel(self, job_id: str, uid: int) -> None:
-        # The owner filter makes scancel skip a job that is not the run's (ids restart if Slurm's state
-        # is wiped); not the name, which the owner may change (scontrol update) to outlive a cancel.
+        # --user skips a job not the run's (ids restart if Slurm's state is wiped); not the name, its owner's to change
         self._run_tool([self.scancel, "--quiet", f"--user={uid}", job_id])
 
     def _run_tool(self, argv: list[str]) -> subprocess.CompletedProcess | None:

@@ -31,10 +31,8 @@ STARTED = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING
 #: Endings caused by the cluster, not the job: a job spooled with --retries is tried again.
 RETRYABLE = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 
-#: Reasons a pending job has that mean Slurm can never start it as its cluster is configured (Slurm's words
-#: for each, from its list of job reason codes): such a job would hold its slot all night. Waits that end as
-#: things change (Resources, Priority, Dependency, QOS and association limits, a held job, ReqNodeNotAvail for
-#: a node down or drained, PartitionDown) are not among them.
+#: Reasons of a pending job that Slurm can never start as its cluster is configured (it would hold its slot all
+#: night), in Slurm's words; waits that end as things change (Resources, ReqNodeNotAvail, PartitionDown…) are not.
 NEVER = {
     "BadConstraints": "its requirements cannot be satisfied",
     "PartitionConfig": "it violates a limit of its partition",
