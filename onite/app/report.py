@@ -449,7 +449,7 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     if data is None:
         return Tail(kept=False)  # removed, or another run's file (a later job of that name, or one before)
     text = data.decode("utf-8", "replace").splitlines()
-    # a retry's output follows the earlier attempts', after its marker line (onite.exec.runner.attempt_marker)
+    # a retry's output follows the earlier attempts', after its marker line (onite.exec.runner.run_outputs)
     marker = f"[onite] attempt {job.attempt} of {job.name.partition(':')[2]}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
     cut = [printable(line) for line in text]

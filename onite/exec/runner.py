@@ -106,24 +106,19 @@ def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
     return env
 
 
-def attempt_marker(run: Run) -> str:
-    """The line a retry's output starts with, in each output file of the job."""
-    return f"\n[onite] attempt {run.attempt} of {split_key(run.name)[1]}, {run.started:%Y-%m-%d %H:%M:%S}\n"
-
-
 @contextmanager
 def run_outputs(run: Run, stdout_path: Path, stderr_path: Path, identity: Identity | None, *,
                 append: bool) -> Iterator[tuple[int, int | None]]:
     """The run's output files (stdout, and ``stderr_path`` when kept apart), open while the block runs; a
-    retry (``append``) adds to each after its attempt marker. An older ``stderr_path`` of a job that does
-    not keep stderr apart is removed, so that another job's cannot pass for this run's.
-    NoRecord: a file cannot be created or written (no fault of the job's: the driver stops starting
-    jobs); SpawnError: the old stderr file cannot be removed."""
+    retry (``append``) adds to each after a marker line. An older ``stderr_path`` of a job that does not keep
+    stderr apart is removed, so that another job's cannot pass for this run's. NoRecord: a file cannot be
+    created or written (the driver stops starting jobs); SpawnError: the old stderr file cannot be removed."""
     if not run.job.stderr_separate:
         try:
             remove_file(stderr_path)
         except SpoolIOError as err:
             raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.cause.strerror}") from None
+    marker = f"\n[onite] attempt {run.attempt} of {split_key(run.name)[1]}, {run.started:%Y-%m-%d %H:%M:%S}\n"
     fds: list[int] = []
     try:
         for path in (stdout_path, stderr_path) if run.job.stderr_separate else (stdout_path,):
@@ -133,7 +128,7 @@ def run_outputs(run: Run, stdout_path: Path, stderr_path: Path, identity: Identi
                 raise NoRecord(f"cannot create its output file {path}: {err.strerror}") from None
             try:
                 if append:
-                    os.write(fds[-1], attempt_marker(run).encode())
+                    os.write(fds[-1], marker.encode())
             except OSError as err:
                 raise NoRecord(f"cannot write its output file {path}: {err.strerror}") from None
         yield fds[0], fds[1] if len(fds) > 1 else None
