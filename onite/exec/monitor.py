@@ -50,7 +50,8 @@ def serve(fd: int, setup: dict) -> None:
 
 class Slot:
     """The cgroups of this monitor's next job, made and joined while it waits: a join waits for an RCU grace
-    period (milliseconds), kept off the path from one job's end to the next one's start."""
+    period (milliseconds), kept off the path from one job's end to the next one's start. A CPU limit's
+    group, which only one job asks for, is joined as that job starts."""
 
     count = 0
 
@@ -339,6 +340,7 @@ def _now() -> str:
 
 
 def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor from 3 up but ``keep``."""
     low = 3
     for fd in sorted(keep):
         if fd > low:
