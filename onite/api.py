@@ -1,7 +1,5 @@
-"""onite from Python: ``Spool().submit(name, text, **options)`` and ``submit_many(pairs)``, without a process per
-job (docs/user-guide.md). A job runs with the calling process's environment, directory and umask unless ``env``
-or ``cwd`` say otherwise; errors are OniteError subclasses, with the command line's message and ``exit_code``.
-"""
+"""onite from Python, without a process per job (docs/user-guide.md). A job runs with the calling process's
+environment, directory and umask unless ``env`` or ``cwd`` say otherwise; errors are the command line's OniteErrors."""
 
 from __future__ import annotations
 
@@ -20,10 +18,6 @@ class Spool:
         from onite.app.common import open_spool
 
         self._spool = open_spool(os.fspath(path) if path is not None else None)
-
-    @property
-    def path(self) -> str:
-        return str(self._spool.root)
 
     def submit(self, name: str, text: str | bytes, *, unique: bool = False, env: Mapping | None = None,
                cwd: str | bytes | None = None, **options) -> str:

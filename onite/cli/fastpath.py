@@ -1,11 +1,10 @@
-"""The everyday command lines, parsed without typer, whose import and parameter building are most of a short
-command's time: each command's own Opt and Arg declarations, read as typer reads them.
+"""The everyday command lines parsed without typer (whose import is most of a short command's time), from each
+command's own Opt and Arg declarations, as typer reads them (tests/test_fastpath.py holds it to typer).
 
 It takes only what it can parse for certain: ``--spool DIR`` before the command, long options (``--opt VALUE``,
 ``--opt=VALUE``), short ones standing alone (``-p 3``), flags, arguments, and submit's ``-- COMMAND``. Anything
-else (help, an unknown or clustered option, a value that starts with '-' or is not a whole number in range,
-an option given twice, a group's command) is left to typer, which runs it or says what is wrong: this parser
-never says a command line is wrong, so the two cannot disagree on an error."""
+else (help, an unknown or clustered option, a doubtful value, an option given twice, a group's command) is left to
+typer: this parser never says a command line is wrong, so the two cannot disagree on an error."""
 
 import types
 from collections.abc import Callable
@@ -133,19 +132,13 @@ def _declarations(func: Callable):
         default = defaults.get(name, _MISSING)
         every[name] = default
         if isinstance(declared, Arg):
-            if kind == "flag":
-                return None
             arguments.append((name, kind, default))
             continue
         for decl in declared.decls or (f"--{name.replace('_', '-')}",):
             on, _, off = decl.partition("/")
-            if off and kind != "flag":
-                return None
             options[on.strip()] = (name, kind, True, declared.settings)
             if off:
                 options[off.strip()] = (name, kind, False, declared.settings)
-        if kind == "flag" and "/" not in "".join(declared.decls) and default not in (False, None):
-            return None  # a flag that is on unless given: not one onite declares
     return options, arguments, every
 
 

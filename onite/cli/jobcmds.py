@@ -251,8 +251,8 @@ def cancel(
 
 
 def _each(names: list[str], act) -> int | None:
-    """``act`` on each name in turn, as kill(1) and rm(1) go: one that fails is said in one line, and the others
-    are still done; the exit code of the first that failed (None: none did)."""
+    """``act`` on each name, as kill(1) and rm(1) go: one that fails is said, the others still done; the exit code
+    of the first that failed (None: none did)."""
     failed = None
     for name in names:
         try:
@@ -265,9 +265,8 @@ def _each(names: list[str], act) -> int | None:
 
 def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int | None, list]:
     """Cancel each job, saying how it went (``_each``); the exit code, and the CancelReports of those cancelled (or
-    asked to stop). A job in ``matched`` (by a pattern) that ended or started since it was matched is said and skipped, not an error. Every job is
-    withdrawn or asked to stop before any is waited for: a driver that a running one's end frees finds none of
-    the queued ones left to start."""
+    asked to stop). A job of ``matched`` (by a pattern) that ended or started since is said and skipped, not an error.
+    All are withdrawn or asked to stop before any is waited for: a slot freed by one finds none of them to start."""
     from onite.app.common import label
     from onite.app.control import await_cancel, cancel as cancel_job
 

@@ -1,12 +1,9 @@
 """What onite's commands share: how they declare their options and are found, the spool, the terminal.
 
-A command is a function registered with ``@command``, whose parameters are annotated with ``Opt`` and ``Arg``,
-which take what ``typer.Option`` and ``typer.Argument`` take. That is its one declaration: onite.cli.typerapp
-makes the typer command line of it (help, errors, completion), and onite.cli.fastpath parses the everyday
-cases of it without importing typer. A command returns its exit code (None: 0).
-
-These modules do not use ``from __future__ import annotations``: typer reads every command's annotations
-each time it builds the command line, and as strings each one is compiled and evaluated again (30 ms).
+A command is a function registered with ``@command``, its parameters annotated with ``Opt`` and ``Arg`` (which take
+what ``typer.Option`` and ``typer.Argument`` take): its one declaration, made a typer command line by
+onite.cli.typerapp and parsed without typer by onite.cli.fastpath. It returns its exit code (None: 0). No ``from
+__future__ import annotations`` in these modules: typer would compile and evaluate each annotation again (30 ms).
 """
 
 import importlib
@@ -77,8 +74,7 @@ _GLOBAL: dict[str, Optional[object]] = {"spool": None, "command": None}  # what 
 
 
 def set_parsed(**seen) -> None:
-    """What the parser found around a command's own options: ``spool``, given before its name; ``command``, the
-    words after ``--``."""
+    """What the parser found around a command's options: ``spool`` before its name, ``command`` after ``--``."""
     _GLOBAL.update(seen)
 
 
@@ -186,13 +182,12 @@ def spool_of(spool: str | None) -> str | None:
 
 
 def open_spool(spool: str | None, *, reading: bool = False):
-    """The spool a command works on, checked; a personal default spool is created on first use. ``reading``: the
-    command only reads it, and goes on past a bad onite.toml, said once on stderr, with the defaults of what is
-    wrong (the driver and the admin's commands refuse it)."""
+    """The spool a command works on, checked (a personal default one created on first use). ``reading``: it goes on
+    past a bad onite.toml, said on stderr, with the defaults of what is wrong (the driver refuses it)."""
     from onite.app.common import open_spool as open_target
 
     target = open_target(spool_of(spool), reading=reading)
-    if reading and target.reload_config() and target.config_faults:  # now: said before anything else
+    if reading and target.reload_config() and target.config_faults:  # said before anything else
         first, more = target.config_faults[0], len(target.config_faults) - 1
         say(f"onite: warning: {first}{f' (and {more} more)' if more else ''}; read as if left out here, but until "
             "it is fixed a new drain refuses the file and a running daemon keeps its previous settings")

@@ -1,8 +1,5 @@
 """What ``onite run`` shows while it drains: a live view on a terminal, the log lines elsewhere, nothing with -q.
-
-The driver tells ``listener`` every event it logs and calls ``tick`` each turn, in its thread; rich redraws
-from its own, so the view's state is changed and read under a lock, and the redraw never touches the driver.
-"""
+The driver's thread feeds the view (``listener``, ``tick``) and rich's redraws it, so its state is under a lock."""
 
 from __future__ import annotations
 
@@ -95,8 +92,8 @@ class DrainState:
 
 
 def finished_line(event: str, name: str, fields: dict, was: Running | None) -> str:
-    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``; the
-    hint only for a job this view saw start (one whose dependency failed has no output of this run)."""
+    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``: the
+    hint only for a job this view saw start (one whose dependency failed has no output)."""
     seconds = fields.get("seconds")
     took = human_duration(float(seconds)) if seconds not in (None, "") else ""
     who = fields.get("user") or (was.user if was else "") or fields.get("by") or ""
@@ -110,8 +107,7 @@ def finished_line(event: str, name: str, fields: dict, was: Running | None) -> s
 
 
 class DrainView:
-    """The live view of one drain: a bar of jobs finished of all seen, the running jobs and their elapsed time,
-    and a line per finished job kept above it."""
+    """The live view of one drain: a bar of the jobs finished, the running ones, a line per finished job above."""
 
     def __init__(self, console) -> None:
         from rich.live import Live

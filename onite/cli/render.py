@@ -21,11 +21,10 @@ GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in
 
 
 class TableSpec(Record):
-    """A table's columns (title, right-justified), its rows, the columns of free text that may end in … at the
-    terminal's edge (``cut``), each row's styles, and the columns to leave out, first to last, where the
-    terminal is too narrow for all (``drops``). No other cell is ever cut or folded: a name is what users type."""
+    """A table: only the free text (``cut``) may end in … at the terminal's edge, never a name, which users type;
+    ``drops``: the columns to leave out, first to last, where the terminal is too narrow for all."""
 
-    columns: Sequence[tuple[str, bool]]
+    columns: Sequence[tuple[str, bool]]  # (title, right-justified)
     rows: list[list[str]]
     cut: tuple[str, ...]
     styles: Callable[[int], dict[str, str]]  # row index -> {column title: style}
@@ -39,10 +38,8 @@ CUT_MIN = 10  # a column of free text narrower than this on the terminal is left
 
 
 def fit(spec: TableSpec, width: int) -> TableSpec | None:
-    """``spec`` with the columns that fit ``width``: whole cells, in one line each, the free text (``cut``) ending
-    in … at the edge; a column of ``drops`` left out at a time, then the free text, until they fit, and the
-    ``spare`` ones until the free text is whole too; None if even that does not fit (plain lines, which the
-    terminal folds: nothing is ever left out of a name)."""
+    """``spec`` with the columns that fit ``width``, one line a row: ``drops`` left out one at a time, then the
+    free text, until they fit, and ``spare`` until the free text is whole too; None if even that does not fit."""
     from rich.cells import cell_len
 
     keep = list(range(len(spec.columns)))
@@ -93,8 +90,7 @@ def rich_table(spec: TableSpec):
 
 
 def print_table(out, spec: TableSpec, *, plain: bool) -> None:
-    """``spec`` on ``out``: plain lines, laid out as text without rich (past LARGE_TABLE rows), or a rich table of
-    the columns that fit the terminal (``fit``)."""
+    """``spec`` on ``out``: plain lines, text laid out without rich (past LARGE_TABLE rows), or a rich table."""
     if not plain:
         fitted = fit(spec, out.width)
         plain, spec = fitted is None, fitted or spec
@@ -138,18 +134,17 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
                    plain: bool = False) -> None:
     """``onite list`` on ``out``: one table, or one per host with ``by_host`` (always detailed)."""
-    hosts = sorted({view.host or "" for view in views}) if by_host else [None]
-    for host in hosts:
+    for host in sorted({view.host or "" for view in views}) if by_host else [None]:
         some = views if host is None else [view for view in views if (view.host or "") == host]
-        unrun = "queued (no host yet)" if all(view.state in ("queued", "held") for view in some) \
-            else "no host: queued, or never ran"  # a job cancelled while queued never had one
-        title = printable(host) or unrun if host is not None else None  # a title escaped as its column
-        if title is not None and plain:
-            write_lines(out, [title])
-        elif title is not None:
-            from rich.text import Text
+        if host is not None:  # a title escaped as its column; a job cancelled while queued never had a host
+            title = printable(host) or ("queued (no host yet)" if all(v.state in ("queued", "held") for v in some)
+                                        else "no host: queued, or never ran")
+            if plain:
+                write_lines(out, [title])
+            else:
+                from rich.text import Text
 
-            out.print(Text(title, style="bold"))
+                out.print(Text(title, style="bold"))
         spec = job_table(some, now, detailed=detailed or by_host, waiting=any(view.waiting for view in some))
         print_table(out, spec, plain=plain)
 

@@ -1,8 +1,6 @@
-"""``onite report --html FILE``: the morning report as one self-contained page (pure, but for ``write_html``).
-
-No script and nothing fetched, so that it can be mailed or served as it is; on a phone nothing scrolls sideways;
-every text from a user escaped; no job's output (private to its owner), where a page is meant to be shared.
-"""
+"""``onite report --html FILE``: the morning report as one self-contained page (pure, but for ``write_html``): no
+script, nothing fetched, so it can be mailed or served; nothing scrolls sideways on a phone; every user's text
+escaped; no job's output (private to its owner) on a page meant to be shared."""
 
 from __future__ import annotations
 
@@ -74,10 +72,9 @@ def _pct(value: float) -> str:
 
 
 def gantt_svg(data) -> str:
-    """The timeline as wide as the page: a grid of two columns, each job's name (whole, wrapped if it must)
-    beside its row of the chart, a bar or a × centred on the name's line (at least a few pixels wide, however
-    short the job; a × at either end of the chart drawn whole, its outer half in the column gap or the margin); a time axis on top, each label within the chart (the first starts at its tick, the last ends
-    at it); the ticks' lines down every row."""
+    """The timeline as wide as the page: each job's name (whole, wrapped if it must) beside its row, a bar (a few
+    pixels at least) or a × on the name's line; a time axis on top, each label within the chart; the ticks' lines
+    down every row."""
     start, end, ticks, bars = timeline(data, 6)
     span = _RIGHT - _LEFT
     marks = [(_LEFT + span * at, label) for at, label in ticks]
