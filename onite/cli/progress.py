@@ -20,9 +20,7 @@ FINAL = {"done", "failed", "cancelled"}
 
 def choose_mode(*, quiet: bool, verbose: bool, is_terminal: bool, dumb: bool) -> str:
     """Nothing with ``quiet``; the log lines with ``verbose`` or where the live view cannot be drawn; else live."""
-    if quiet:
-        return QUIET
-    return LINES if verbose or not is_terminal or dumb else LIVE
+    return QUIET if quiet else LINES if verbose or not is_terminal or dumb else LIVE
 
 
 @dataclass

@@ -125,7 +125,6 @@ def recur_next(
     rule = parse_rule(cron=cron_expr, every=every, offset=offset) if name is None else None
     when = SYSTEM.now()
     start_at = parse_when(start, when, what="--from") if start else when
-    if name is not None:
-        rule = template_rule(open_spool(spool, reading=True), name)
+    rule = rule or template_rule(open_spool(spool, reading=True), name)
     for fire in fire_times(rule, start_at, count):
         print(fire.isoformat(timespec="seconds"))

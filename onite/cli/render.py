@@ -154,8 +154,7 @@ RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", Fal
 
 
 def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False) -> None:
-    """``onite recur list``: name, owner, rule, next fire, how soon, priority, what is wrong (in red) or what its
-    next fire waits for."""
+    """``onite recur list``; NOTE: what is wrong (in red), or what its next fire waits for."""
     rows = [[printable(name_label(view.name)), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
              priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or _skipped(view.waits_for))]
@@ -179,9 +178,8 @@ def report_table(data, rows: list[list[str]]) -> TableSpec:
 
 
 def print_report(out, data, *, plain: bool) -> None:
-    """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last lines
-    of output and the command to read them all, what is not finished and why, the table, the timeline, the
-    hosts. ``plain``: states in words, every line written as it is (never wrapped)."""
+    """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last lines of
+    output, what is not finished and why, the table, the timeline, the hosts; ``plain``: words, never wrapped."""
     from rich.text import Text
 
     from onite.app import report

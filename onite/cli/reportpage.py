@@ -211,18 +211,11 @@ def write_html(path: Path, data) -> None:
     if st.st_uid not in (0, os.geteuid()):
         raise InvalidInput(f"cannot write {path}: it is another user's", "write the page somewhere else")
     try:  # no O_CREAT, no O_TRUNC: nothing changes before what it names is known
-        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC), "wb") as out:
+            _check_kind(path, os.fstat(out.fileno()).st_mode, linked=True)
+            out.write(text)
     except OSError as err:
         raise _cannot(path, err) from None
-    try:
-        _check_kind(path, os.fstat(fd).st_mode, linked=True)
-        view = memoryview(text)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError as err:
-        raise _cannot(path, err) from None
-    finally:
-        os.close(fd)
 
 
 def _cannot(path: Path, err: OSError) -> InvalidInput:

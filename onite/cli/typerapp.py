@@ -76,10 +76,9 @@ SETTINGS = dict(cls=OniteGroup, add_completion=False, context_settings={"help_op
 
 
 def command_for(args: list[str], *, everything: bool = False, run: Callable | None = None):
-    """The click command that runs ``args``: the group with only the command ``args`` name, for building every
-    command's parameters costs more than running most of them; every command for help, completion (``everything``),
-    and a name that is no command's (click's error then suggests one). ``run(func, kwargs)``, if given, runs the
-    command's function instead of calling it."""
+    """The click command that runs ``args``: only the command they name (building every command's parameters costs
+    more than running most); every command for help, completion (``everything``) and a name that is no command's
+    (click then suggests one). ``run(func, kwargs)``, if given, runs the command's function instead of calling it."""
     name = _command_name(args)
     commands = every_command()
     chosen = {key: value for key, value in commands.items() if name == (key[0] or key[1])}  # key: (group, name)
