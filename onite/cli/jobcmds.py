@@ -5,11 +5,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Optional
 
+from onite.app.common import key_for, label
 from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, KeptCpusOpt, KeptMemOpt,
-                               KeptPriorityOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
-                               NotifyOpt, Opt, PlainOpt, PriorityOpt, QuietOpt, RetriesOpt, SpoolOpt, StderrOpt,
-                               TimeoutOpt, UrgentOpt, ask, command, command_line, complete_name, confirm, locate_spool,
-                               on_terminal, open_spool, say, spool_of, terminal, warn_damaged)
+                               KeptPriorityOpt, LiveNamesArg, MemOpt, NotifyOnOpt, NotifyOpt, Opt, PlainOpt,
+                               PriorityOpt, QuietOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, ask,
+                               command, command_line, complete_name, confirm, locate_spool, on_terminal, open_spool,
+                               say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound, OniteError
@@ -121,8 +122,7 @@ def list_(
 @command()
 def find(name: Annotated[str, Arg(metavar="NAME")], spool: SpoolOpt = None) -> Optional[int]:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
-    from onite.app.common import key_for  # scripts ask in loops: only what it reads is imported
-    from onite.spool.scan import is_live
+    from onite.spool.scan import is_live  # scripts ask in loops: only what it reads is imported
 
     if not is_live(open_spool(spool, reading=True), key_for(name)):
         return 1
@@ -157,7 +157,6 @@ def restart(
 ) -> None:
     """Spool a finished job again: its text, environment, directory, umask and options, but for those given
     (--timeout 2h after a timeout); print its name, and say on stderr when it is expected to run."""
-    from onite.app.common import label
     from onite.app.restart import restart as restart_job
     from onite.app.submitline import confirmation
     from onite.exec import identity
@@ -213,7 +212,6 @@ def cancel(
     spool: SpoolOpt = None,
 ) -> int | None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.app.common import label
     from onite.app.control import doomed_by, is_pattern, select_jobs
 
     target, names = open_spool(spool), names or []
@@ -267,7 +265,6 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int | No
     """Cancel each job, saying how it went (``_each``); the exit code, and the CancelReports of those cancelled (or
     asked to stop). A job of ``matched`` (by a pattern) that ended or started since is said and skipped, not an error.
     All are withdrawn or asked to stop before any is waited for: a slot freed by one finds none of them to start."""
-    from onite.app.common import label
     from onite.app.control import await_cancel, cancel as cancel_job
 
     cancelled: list = []
@@ -296,7 +293,6 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int | No
 
 def _pick_one(target) -> list[str]:
     """The job picked by its number from a list of those you may cancel: only on a terminal."""
-    from onite.app.common import label
     from onite.app.control import select_jobs
 
     if not on_terminal():

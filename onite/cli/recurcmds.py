@@ -3,6 +3,7 @@
 import os
 from typing import Annotated, Optional
 
+from onite.app.common import label, read_job_text
 from onite.cli.options import (GROUPS, AfterOpt, Arg, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
                                Opt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
                                command, open_spool, say, terminal)
@@ -41,7 +42,6 @@ def recur_add(
     spool: SpoolOpt = None,
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
-    from onite.app.common import read_job_text
     from onite.app.recur import add, spooled_when
     from onite.app.submit import capture
     from onite.core.request import SubmitRequest
@@ -86,7 +86,6 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
 @command("remove", group="recur")
 def recur_remove(names: Annotated[list[str], Arg(metavar="NAME")], spool: SpoolOpt = None) -> int | None:
     """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
-    from onite.app.common import label
     from onite.app.recur import remove
     from onite.cli.jobcmds import _each
 
