@@ -127,9 +127,8 @@ class DrainView:
 
     def tick(self, driver, now: datetime) -> datetime:
         """The driver's per-turn hook: the queue's length, which only the driver may ask."""
-        count = len(driver.night.index)
         with self._lock:
-            self.state.queued = count
+            self.state.queued = len(driver.night.index)
         return now + timedelta(seconds=1)
 
     def __rich__(self):
