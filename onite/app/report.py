@@ -1,11 +1,8 @@
 """``onite report``: the morning report -- what failed and why, what still waits, what ran when.
 
-A job whose record was pruned (jobsdone/ keeps the last ``keep``) is rebuilt from its log lines.
-Invariants: nothing here writes, prints or imports rich. A failed job's last lines are read only for the
-job's owner and root, only from a regular file of the job's user written during that run (O_NOFOLLOW),
-with their control characters spelt out. What the window left is the spool as it is now; why a job waits
-is onite.drain.verdicts' answer, from the caller's own files (root: all) among the first EXAMINE queued;
-for a job that could start, the drain's end says why."""
+A job whose record was pruned is rebuilt from its log lines. A failed job's last lines are read only for its
+owner and root, from a regular file of its user written during that run. Why a job waits is onite.drain.verdicts'
+answer, from the caller's own files among the first EXAMINE queued; for a job that could start, the drain's end."""
 
 from __future__ import annotations
 
@@ -56,8 +53,7 @@ PRIVATE = "another user's job: other details private"
 
 
 class ReportData(Record):
-    """The jobs of one morning report, the window they come from, and what the window left. Its defaults are
-    read-only (shared by every report): what a report holds is made anew, never changed in place."""
+    """The jobs of one morning report, the window they come from, and what the window left (defaults read-only)."""
 
     spool: str
     since: datetime  # the window's start
@@ -99,8 +95,7 @@ class ReportData(Record):
         return job.name in self.damaged and not self.was_replaced(job)
 
     def from_log(self, job: JobView) -> bool:
-        """Is this run told by the log alone (its record pruned, replaced or damaged), or did it never run?
-        Then no output of it is read, and no restart reruns it."""
+        """Is this run told by the log alone, or did it never run? Then no output is read, and no restart offered."""
         return self.was_pruned(job) or self.never_ran(job) or self.was_replaced(job) or self.is_damaged(job)
 
     @property
@@ -146,8 +141,8 @@ def is_timeout(job: JobView) -> bool:
 
 
 def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
-    """The night of ``day``: [day 12:00, day+1 12:00), each noon with its own UTC offset. ``ref`` gives
-    the zone: a zone with rules (zoneinfo) as is; a fixed offset stands for the machine's zone (TZ)."""
+    """The night of ``day``: [day 12:00, day+1 12:00), each noon with its own UTC offset, in ``ref``'s zone (a
+    fixed offset stands for the machine's zone)."""
     noons = (datetime.combine(day, NIGHT_STARTS), datetime.combine(day + timedelta(days=1), NIGHT_STARTS))
     if ref.tzinfo is not None and not isinstance(ref.tzinfo, timezone):
         # each as a fixed offset: datetimes sharing a zoneinfo subtract and compare by their wall clocks
@@ -206,9 +201,8 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
           until: str | None = None, user: str | None = None, records: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to ``until``), of
-    one ``user``'s jobs or everyone's, as this process's user reads it. Without ``records``: every job as
-    onite.log tells it, no result record read but those of refused files, no output, nothing unfinished (far
-    cheaper)."""
+    one ``user``'s jobs or everyone's. Without ``records``: every job as onite.log tells it (far cheaper): no result
+    record read but those of refused files, no output, nothing unfinished."""
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
@@ -294,9 +288,8 @@ def queued_again(spool: SpoolDir, job: JobView) -> bool:
 
 
 def refused_results(spool: SpoolDir, refused: Sequence) -> list:
-    """The result records of the files the log says were refused, where the driver filed one (a regular file
-    of its key's owner: a failure, "never ran: refused"; the log's line does not say whether it did). A report
-    read from the log alone reads these few, so that it counts such a failure as the full report does."""
+    """The result records of the files the log says were refused, where the driver filed one: a report from the
+    log alone reads these few, to count such a failure as the full report does."""
     found = []
     for event in refused:
         if not is_valid_key(event.name):
@@ -335,8 +328,8 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
 
 
 def _night_opened(spool: SpoolDir, now: datetime):
-    """When the night a time belongs to opened: the first time of ``schedule`` since the noon before it
-    (docs/morning.md); None before that, or with no schedule."""
+    """When the night a time belongs to opened: the first time of ``schedule`` since the noon before it; None
+    before that, or with no schedule."""
 
     def opened(when: datetime) -> datetime | None:
         try:
@@ -372,9 +365,8 @@ def log_view(final, start) -> JobView:
 
 
 def pruned_run(spool: SpoolDir, key: str) -> tuple[JobView, int | None] | None:
-    """Job ``key``'s last run as the log tells it (its final line: no start line is looked for), with the ``keep``
-    the log's last prune recorded (None: no line says), for a job no record of which is kept (retention pruned
-    it); None: the log (with its rotated file) tells no end of it. Read from the log's end, only this far."""
+    """Job ``key``'s last run as the log's final line tells it, with the ``keep`` of the log's last prune (None:
+    no line says); None: the log tells no end of it. Read from the log's end, only this far."""
     prunes = []
     for event in dr.read_back(dr.log_paths(spool.log_path)):
         if event.event == "pruned":
@@ -385,17 +377,15 @@ def pruned_run(spool: SpoolDir, key: str) -> tuple[JobView, int | None] | None:
 
 
 def pruned_reason(view: JobView, keep: int | None) -> str:
-    """How and when a run whose record was pruned ended, as wait says it after the state:
-    ``exit 3 at 2026-12-01 04:46:50; its record and output were pruned (keep = 50)``."""
+    """``exit 3 at 2026-12-01 04:46:50; its record and output were pruned (keep = 50)``."""
     why = outcome_text(view) if view.state != "done" else ""
     pruned = "its record and output were pruned" + (f" (keep = {keep})" if keep else "")
     return f"{why + ' ' if why else ''}at {view.finished.astimezone():%Y-%m-%d %H:%M:%S}; {pruned}"
 
 
 def pruned_output(spool: SpoolDir, key: str, reader: int) -> OniteError | None:
-    """Why ``onite output`` has nothing of job ``key``, which is neither queued, running nor kept: retention
-    pruned it, and how it ended, as the log tells it (another user is refused, as for a kept output); None: the
-    log tells no end of it."""
+    """Why ``onite output`` has nothing of job ``key``, neither queued, running nor kept: how it ended, as the
+    log tells it (another user's: Refused); None: the log tells no end of it."""
     told = pruned_run(spool, key)
     if told is None:
         return None
@@ -420,9 +410,8 @@ def _number(text: str | None) -> float | None:
 
 
 def never_ran(job: JobView, told) -> bool:
-    """Did the job end without a process of it ever starting (a failed dependency, a cancel while
-    queued, a refusal)? A record of a job onite could not start has a start time but no exit
-    status, and the log no start line for that attempt."""
+    """Did the job end without a process of it ever starting? A record of a job onite could not start has a
+    start time but no exit status, and the log no start line for that attempt."""
     if job.started is None:
         return True
     if job.exit_code is not None or job.signal is not None:
@@ -457,8 +446,7 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
 
 
 def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
-    """``data`` with what its window left: jobs running now, queued (left before the
-    window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
+    """``data`` with what its window left: running, queued (with why each waits), held, ``refused`` (log lines)."""
     owner = functools.cache(user_name)
     queue = [row for row in queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
     # the log's times are whole seconds: a job spooled in the drain's last second came before its end
@@ -503,7 +491,7 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
 
 def running_reason(spool: SpoolDir, view, gone: str, drains) -> str:
     """``running on vm since 20:14``, ``running in Slurm on node n1 since 20:14, handed over by vm``; for a claim
-    no live driver watches (``gone``: heartbeat.driver_gone's words), what its run record says of it, and ``gone``."""
+    no live driver watches, what its run record says of it, and ``gone``."""
     if not gone:
         since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
         if waits_in_slurm(view):
@@ -522,8 +510,7 @@ def running_reason(spool: SpoolDir, view, gone: str, drains) -> str:
 
 
 def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
-    """Why a job that could start (``ready``; else: whose reasons are private) is still queued, after the
-    window's ``last`` drain (None: none)."""
+    """Why a job that could start (``ready``; else: private) is still queued after the window's ``last`` drain."""
     if spooled_after:
         return "spooled after the drain"
     ends = {"window closed": "left when the window closed" + (f" at {last.until}" if last and last.until else ""),

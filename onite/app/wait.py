@@ -1,22 +1,31 @@
-"""``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
+"""``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended. And
+``onite output --follow``, which waits as it copies.
 
-Invariant: it only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
+Invariant: wait only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
 a result record written since the wait began (or the one filed with the very file last seen queued or running:
 the driver writes a result before it moves the job's file into jobsdone/) and its withdrawal into cancel/."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
 
 from onite.core.record import Record
+from onite.spool.accounts import user_name
+from onite.spool.filecheck import BadFile, read_job_head
+from onite.spool.outputs import copy_data, open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.scan import find_queued, find_running, key_uid, live_entries, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
-from onite.core.errors import EXIT_OK, NotFound, OniteError
+from onite.core.errors import EXIT_OK, JobFormatError, NotFound, OniteError, Refused
 from onite.core.jobview import JobView, outcome_counts, result_view
+from onite.core.policy import owner_or_root
 from onite.app.common import key_for, label, me
 from onite.core.state import Result
 from onite.core.clock import SYSTEM, Clock
@@ -242,7 +251,6 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     None: it still runs, a live driver files it soon, or the next drain runs it again (retries left)."""
     from onite.drain.heartbeat import driver_gone
     from onite.spool import runrecords
-    from onite.spool.filecheck import BadFile, read_job_head
 
     for entry in find_running(spool, key):
         record = runrecords.read(spool.run_record_path(entry.host, key))
@@ -269,7 +277,6 @@ def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     of the queued ``keys`` whose file the caller may read and that no scheduled or running drain may run (its pin
     elsewhere, or a host too small: DrainPlan.for_job), ``no drain is scheduled on a host that may run NAME …; ``."""
     from onite.drain.nextdrain import no_drain_text, plan
-    from onite.spool.filecheck import BadFile, read_job_head
 
     drain = plan(spool, now)
     if not (drain.starters or drain.draining):
@@ -404,3 +411,106 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
                     "unfiled": [label(key) for key in waited.unfiled],
                     "jobs": [{**j.to_json(), "name": label(j.name)} for j in waited.jobs]})
     return json.dumps(doc, indent=1)
+
+
+FOLLOW_POLL = 0.2  # seconds between looks while the followed output does not grow
+
+
+def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce: Callable[[str], None]) -> Final:
+    """``onite output NAME --follow``: copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to
+    ``out`` as it is written, until the job has finished; how it ended. ``announce`` is told once if it has not
+    started yet. A new run replaces the output by a new file, so a file is this run's only if it differs from the one
+    there when the follow began; one replaced while followed is finished, then the new one followed. Only an
+    output file of the job's owner (its key's user) is copied; Refused: another's job."""
+    shown = label(name)  # as the caller writes it: NAME for their own job
+    watch = start(spool, [shown])[shown]
+    if isinstance(watch, Final):  # its record pruned: no output is kept, as onite output says
+        from onite.app.report import pruned_output
+
+        raise pruned_output(spool, name, os.geteuid()) or NotFound(f"no output of job {shown!r} is kept")
+    entries = find_queued(spool, name) + find_running(spool, name)
+    if entries and not owner_or_root(os.geteuid(), entries[0].uid):
+        raise Refused(f"the output of {shown!r} belongs to {user_name(entries[0].uid)}",
+                      "only its owner and root may read it")
+    if stderr:
+        _check_separate(spool, name, entries if watch.live is not None else None)
+    path = spool.stderr_path(name) if stderr else spool.output_path(name)
+    earlier = _key(path) if watch.live in ("queued", "held") else None  # an earlier run's, not this one's
+    handle: BinaryIO | None = None
+    told = False
+    final = PENDING
+    try:
+        while True:
+            grew = handle is not None and _copy(handle, out)
+            if final is not PENDING:
+                return final
+            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live))
+            if final is PENDING and watch.live == "running":  # ended, its driver dead: nothing files it soon
+                final = unfiled(spool, name, SYSTEM.now())
+            key = _key(path)
+            if key is not None and key != earlier and (handle is None or key[0] != os.fstat(handle.fileno()).st_ino):
+                if handle is not None:  # a new run replaced the file: the rest of the old one first
+                    _copy(handle, out)
+                    handle.close()
+                handle = _open(spool, name, stderr)
+                if handle is not None:
+                    continue
+                earlier = key  # someone else's file: looked at again only once it changes
+            if final is not PENDING or grew:
+                continue
+            if not told and watch.live in ("queued", "held"):
+                told = True
+                note = undrained(spool, [watch.name], SYSTEM.now()) if watch.live == "queued" else ""
+                announce(f"{note}{shown} is {watch.live}; waiting for it to start")
+            time.sleep(FOLLOW_POLL)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
+    """NotFound where the job (its ``live`` queued or running files, else its result) keeps stderr with its
+    stdout, so that ``--follow --stderr`` would print nothing."""
+    separate = None
+    if live is not None:
+        for entry in live:
+            try:
+                separate = read_job_head(entry.path, spool.config.max_job_size)[0].stderr_separate
+                break
+            except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
+                continue
+    else:
+        result = read_result(spool, name)
+        separate = None if result is None else result.stderr == "separate"
+    if separate is False:
+        raise NotFound(f"job {label(name)!r} keeps stderr with its stdout (it was spooled without --stderr-separate)",
+                       f"follow it with: onite output {label(name)} --follow")
+
+
+def _key(path: Path) -> tuple[int, int, int] | None:
+    """Which file is at ``path`` now (inode, device, change time), or None."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_ino, st.st_dev, st.st_ctime_ns
+
+
+def _open(spool: SpoolDir, name: str, stderr: bool) -> BinaryIO | None:
+    """The followed job's output, or None if not there yet or not its owner's (an earlier run's, chmod-ed)."""
+    try:
+        handle = open_job_output(spool, name, os.geteuid(), stderr=stderr)
+    except NotFound:  # removed between the lstat and the open (retention): look again
+        return None
+    if os.fstat(handle.fileno()).st_uid != key_uid(name):
+        handle.close()
+        return None
+    return handle
+
+
+def _copy(handle: BinaryIO, out: BinaryIO) -> bool:
+    """Copy what ``handle`` has past its position to ``out``; True if there was anything."""
+    copied = copy_data(handle.fileno(), out.write)
+    if copied:
+        out.flush()
+    return copied

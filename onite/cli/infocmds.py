@@ -33,8 +33,7 @@ def output(
     target = open_spool(spool, reading=True)
     name = key_for(name)
     if follow:  # the output as it grows, then how it ended on stderr; wait's exit code (0 done, 5 not)
-        from onite.app.follow import follow as follow_job
-        from onite.app.wait import exit_status, job_line
+        from onite.app.wait import exit_status, follow as follow_job, job_line
         from onite.spool.scan import key_uid
 
         sink = Sink(key_uid(name), raw)
