@@ -13,7 +13,7 @@ import os
 from datetime import datetime
 
 from onite.app.common import key_for, label, refuse_finished
-from onite.app.submit import check_after, check_capacity
+from onite.app.submit import check_after, check_capacity, ended_badly
 from onite.core.errors import DamagedRecord, InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges
@@ -33,8 +33,6 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     said, new = _edit(spool, text, caller_uid, now, changes)
     if changes.after is None:
         return said
-    from onite.app.submitline import ended_badly
-
     doomed = ended_badly(spool, new)  # ", which failed: it will fail too, unless …"
     return f"{said}; waits for {', '.join(map(label, new.after))}{doomed}" if doomed else said  # as submit says it
 

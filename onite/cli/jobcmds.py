@@ -67,7 +67,7 @@ def submit(
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
     command line that follows (quoted exactly; stdin is not read). Says on stderr when it is expected to run."""
-    from onite.app.submitline import command_text, missing_command, submit_command
+    from onite.app.submit import command_text, missing_command, submit_command
     from onite.core.request import SubmitRequest
 
     argv = command_line()
@@ -158,7 +158,7 @@ def restart(
     """Spool a finished job again: its text, environment, directory, umask and options, but for those given
     (--timeout 2h after a timeout); print its name, and say on stderr when it is expected to run."""
     from onite.app.restart import restart as restart_job
-    from onite.app.submitline import confirmation
+    from onite.app.submit import confirmation
     from onite.exec import identity
 
     changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
