@@ -1,9 +1,8 @@
 """``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended. And
 ``onite output --follow``, which waits as it copies.
 
-Invariant: wait only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
-a result record written since the wait began (or the one filed with the very file last seen queued or running:
-the driver writes a result before it moves the job's file into jobsdone/) and its withdrawal into cancel/."""
+Wait only looks at what every user may see. A job's outcome is the newer of a result record written since the
+wait began (or the one filed with the very file last seen live) and its withdrawal into cancel/."""
 
 from __future__ import annotations
 
@@ -23,7 +22,8 @@ from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.scan import find_queued, find_running, key_uid, live_entries, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
-from onite.core.errors import EXIT_OK, JobFormatError, NotFound, OniteError, Refused
+from onite.core.errors import EXIT_OK, NotFound, OniteError, Refused
+from onite.core.job import Job
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
 from onite.app.common import key_for, label, me
@@ -49,9 +49,8 @@ class Seen(Record):
 
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
-    """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, jobsdone/, records),
-    so that one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is
-    none)."""
+    """Where job ``name`` (a key) is now, looked for in the order a job moves, so that one moving meanwhile is
+    still found. Only its key's user's files and records are its."""
     live, entries = live_entries(spool, name)
     files = frozenset(e.ino for e in entries)
     if live and not with_result:
@@ -169,10 +168,8 @@ class JobsWaited(Record):
 
 
 def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch | Final]:
-    """The first look at each name, ``NAME`` (the caller's job) or ``USER:NAME`` (USER's), by its key (two looks
-    for one found nowhere: a requeue passes through nowhere); a name found nowhere whose end the log tells (its
-    record pruned) has finished: its Final. NotFound for a user that does not exist, else one naming every name
-    never queued, running or finished (nor told by the log)."""
+    """The first look at each name (``NAME`` or ``USER:NAME``): its Watch, or its Final where only the log tells
+    its end. NotFound: a user that does not exist, else every name never queued, running or finished."""
     watches, unknown = {n: Watch(key_for(n)) for n in names}, []
     for name, watch in watches.items():
         if key_uid(watch.name) is None:
@@ -198,8 +195,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch | Final]:
 
 
 def _found(spool: SpoolDir, key: str, *, looks: int):
-    """What a look at ``key`` sees, if it finds the job queued, running, kept or withdrawn in one of ``looks``
-    looks (a requeue passes through nowhere); else None."""
+    """What a look at ``key`` sees, if one of ``looks`` looks finds it (a requeue passes through nowhere)."""
     for _ in range(looks):
         seen = look(spool, key, with_result=True)
         if seen.live or seen.result is not None or seen.withdrawn is not None:
@@ -219,10 +215,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
         for name in order:
             if name in finals:
                 continue
-            watch = watches[name]
-            watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
-            if final is PENDING and watches[name].live == "running":
-                final = unfiled(spool, watch.name, clock.now())
+            watches[name], final = step(spool, watches[name], clock.now())
             if final is not PENDING:
                 finals[name] = final._replace(name=name)  # said as it was asked for (daemon:build)
         if len(finals) == len(order):
@@ -245,9 +238,24 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
         delay = _pause(clock, delay, deadline)
 
 
+def step(spool: SpoolDir, watch: Watch, now: datetime) -> tuple[Watch, Final | None]:
+    """The next look at a watched job: the next Watch, and its Final once it has finished (or ended unfiled)."""
+    watch, final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
+    if final is PENDING and watch.live == "running":  # ended, its driver dead: nothing files it soon
+        final = unfiled(spool, watch.name, now)
+    return watch, final
+
+
+def _head(spool: SpoolDir, entry) -> Job | None:
+    """The job of a queued or running ``entry``, its header only; None: gone, or not for the caller to read."""
+    try:
+        return read_job_head(entry.path, spool.config.max_job_size)[0]
+    except (OSError, BadFile, OniteError):
+        return None
+
+
 def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
-    """How a running job ended, when its run has ended (its run record says how) while no driver runs on its
-    host to file it: the exit status is known, the result is not filed yet (heartbeat.driver_gone says by what).
+    """How a running job ended whose run record says it ended while no driver runs on its host to file it.
     None: it still runs, a live driver files it soon, or the next drain runs it again (retries left)."""
     from onite.drain.heartbeat import driver_gone
     from onite.spool import runrecords
@@ -260,11 +268,8 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
         gone = driver_gone(spool, entry.host, now)  # read only once a run has ended (each poll of a running job)
         if not gone:
             continue
-        try:
-            job, _ = read_job_head(entry.path, spool.config.max_job_size)
-        except (OSError, BadFile, OniteError):
-            continue
-        if outcome.retried(job.attempt, job.retries):
+        job = _head(spool, entry)
+        if job is None or outcome.retried(job.attempt, job.retries):
             continue  # the next drain there runs it again: it has not ended yet
         note = f"not filed yet, as {gone}"
         why = outcome.describe()
@@ -273,9 +278,8 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
 
 
 def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
-    """``no drain is scheduled, so nothing will start one — FIX; `` if nothing will drain the spool; else, for each
-    of the queued ``keys`` whose file the caller may read and that no scheduled or running drain may run (its pin
-    elsewhere, or a host too small: DrainPlan.for_job), ``no drain is scheduled on a host that may run NAME …; ``."""
+    """``no drain is scheduled, so nothing will start one — FIX; `` if nothing will drain the spool; else the same
+    for each of the queued ``keys`` the caller may read that no scheduled or running drain may run."""
     from onite.drain.nextdrain import no_drain_text, plan
 
     drain = plan(spool, now)
@@ -284,12 +288,8 @@ def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     said = ""
     for key in keys:
         for entry in find_queued(spool, key)[:1]:
-            try:
-                job, _ = read_job_head(entry.path, spool.config.max_job_size)
-            except (OSError, BadFile, OniteError):
-                continue  # another user's: the drain says
-            starters, draining = drain.for_job(spool, job, now)
-            if not starters and not draining:
+            job = _head(spool, entry)  # None: another user's, the drain says
+            if job is not None and not any(drain.for_job(spool, job, now)):
                 where = f"only host {job.pin}" if job.pin else "one that can give what it asks for"
                 said += (f"no drain is scheduled on a host that may run {label(key)} ({where}), so nothing will start "
                          "it; ")
@@ -298,7 +298,7 @@ def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
 
 def stranded(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     """``NAME is running, but its host H has no live driver: …; `` for each of the running ``keys`` whose host's
-    driver is gone (waited for all the same: it ends once recovered), else ''."""
+    driver is gone (waited for all the same: it ends once recovered)."""
     from onite.drain.heartbeat import driver_gone
 
     return "".join(f"{_stranded_text(key, gone)}; " for key in keys for entry in find_running(spool, key)
@@ -310,8 +310,8 @@ def _stranded_text(key: str, gone: str) -> str:
 
 
 def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
-    """The hosts draining at ``now``, each with when its drain began: a driver's lock time; a daemon drains only
-    while jobs run on its host, since the earliest of them started (``now`` if none says)."""
+    """The hosts draining at ``now``, each with when its drain began (a daemon drains only while jobs run on its
+    host, since the earliest of them started)."""
     from onite.app.listing import running_views  # wait_drains only: not wait NAME's
     from onite.drain.heartbeat import Role, live_beats
 
@@ -417,11 +417,10 @@ FOLLOW_POLL = 0.2  # seconds between looks while the followed output does not gr
 
 
 def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce: Callable[[str], None]) -> Final:
-    """``onite output NAME --follow``: copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to
-    ``out`` as it is written, until the job has finished; how it ended. ``announce`` is told once if it has not
-    started yet. A new run replaces the output by a new file, so a file is this run's only if it differs from the one
-    there when the follow began; one replaced while followed is finished, then the new one followed. Only an
-    output file of the job's owner (its key's user) is copied; Refused: another's job."""
+    """``onite output NAME --follow``: copy job ``name``'s output (``stderr``: its kept-apart stderr) to ``out`` as
+    it is written, until the job has finished; how it ended. ``announce`` is told once if it has not started yet.
+    A new run makes a new file: one replaced while followed is finished, then the new one followed. Only an output
+    file of the job's owner is copied; Refused: another's job."""
     shown = label(name)  # as the caller writes it: NAME for their own job
     watch = start(spool, [shown])[shown]
     if isinstance(watch, Final):  # its record pruned: no output is kept, as onite output says
@@ -444,9 +443,7 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
             grew = handle is not None and _copy(handle, out)
             if final is not PENDING:
                 return final
-            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live))
-            if final is PENDING and watch.live == "running":  # ended, its driver dead: nothing files it soon
-                final = unfiled(spool, name, SYSTEM.now())
+            watch, final = step(spool, watch, SYSTEM.now())
             key = _key(path)
             if key is not None and key != earlier and (handle is None or key[0] != os.fstat(handle.fileno()).st_ino):
                 if handle is not None:  # a new run replaced the file: the rest of the old one first
@@ -469,16 +466,11 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
 
 
 def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
-    """NotFound where the job (its ``live`` queued or running files, else its result) keeps stderr with its
-    stdout, so that ``--follow --stderr`` would print nothing."""
+    """NotFound where the job (its ``live`` files, else its result) keeps stderr with its stdout, so that
+    ``--follow --stderr`` would print nothing."""
     separate = None
-    if live is not None:
-        for entry in live:
-            try:
-                separate = read_job_head(entry.path, spool.config.max_job_size)[0].stderr_separate
-                break
-            except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
-                continue
+    if live is not None:  # a file moved on, or unreadable: the follow itself will tell
+        separate = next((job.stderr_separate for e in live if (job := _head(spool, e)) is not None), None)
     else:
         result = read_result(spool, name)
         separate = None if result is None else result.stderr == "separate"
@@ -497,7 +489,7 @@ def _key(path: Path) -> tuple[int, int, int] | None:
 
 
 def _open(spool: SpoolDir, name: str, stderr: bool) -> BinaryIO | None:
-    """The followed job's output, or None if not there yet or not its owner's (an earlier run's, chmod-ed)."""
+    """The followed job's output; None if not there yet or not its owner's."""
     try:
         handle = open_job_output(spool, name, os.geteuid(), stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again
