@@ -13,8 +13,7 @@ from onite.spool.paths import SpoolDir
 
 def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     """The spool a command works on (``--spool``, ONITE_SPOOL, the default; a personal one is made).
-    ``reading``: for a command that only reads it, which goes on past a bad onite.toml with the defaults of
-    what is wrong (``SpoolDir.config_faults`` says what), as only the driver and the changes it acts on must not."""
+    ``reading``: a command that only reads goes on past a bad onite.toml, with the defaults of what is wrong."""
     from onite.spool.locate import locate
 
     where = locate(spool, os.environ, os.geteuid())
@@ -37,9 +36,8 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
 
 
 def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid: int) -> None:
-    """Raise Refused if job ``name`` (a key; ``text`` as typed) has finished, or was cancelled by its owner while
-    queued and is not filed yet: what hold, release, edit and cancel (``done``: "held" …) say alike of a job no longer
-    queued or running, with what its owner (or root) may do about it (restart takes it)."""
+    """Refused if job ``name`` (``text`` as typed) has finished or was withdrawn: what hold, release, edit and
+    cancel (``done``: "held" …) say alike, with what its owner may do about it."""
     from onite.core.errors import DamagedRecord, Refused, SpoolIOError
     from onite.core.policy import owner_or_root
     from onite.spool.results import read_result
@@ -61,8 +59,7 @@ def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid
 
 
 def read_stdin(limit: int) -> bytes:
-    """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput), not an
-    invitation to type."""
+    """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput)."""
     try:
         fd = sys.stdin.fileno() if sys.stdin is not None else 0
         if os.isatty(fd):
@@ -91,8 +88,7 @@ def read_job_text(limit: int) -> bytes:
 
 
 def key_for(text: str, *, what: str = "job name") -> str:
-    """A command's job argument as a key: ``NAME`` is the caller's job, ``USER:NAME`` USER's.
-    Raises InvalidInput: neither."""
+    """A command's job argument as a key: ``NAME`` is the caller's job, ``USER:NAME`` USER's."""
     return resolve(text, me(), what=what)
 
 

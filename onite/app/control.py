@@ -1,8 +1,7 @@
 """What users do to jobs already spooled: cancel (by name, pattern or --all), hold, release.
 
-Cancelling your own queued job withdraws it into cancel/ at once (and files it, for whoever may write
-jobsdone/); anything else is a request a driver honours if the rules allow. A hold is a marker
-hold/KEY@TOKEN that leaves the job file, so its place, alone."""
+Cancelling your own queued job withdraws it at once; anything else is a request a driver honours if the rules
+allow. A hold is a marker hold/KEY@TOKEN that leaves the job file, so its place, alone."""
 
 from __future__ import annotations
 
@@ -113,8 +112,8 @@ class Selection(Record):
 
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
-    """The jobs matching ``patterns`` (fnmatch on the key: ``b*`` is the caller's, ``*:b*`` anyone's) or,
-    with ``every``, all: root's pick anyone's, others theirs (own_only or not), running then queued."""
+    """The jobs matching ``patterns`` (on the key: ``b*`` is the caller's, ``*:b*`` anyone's), or ``every`` job:
+    the caller's (root: anyone's) chosen, others' skipped, running then queued."""
     from onite.app.listing import queued_views, running_views
 
     patterns = [p if ":" in p else f"{me()}:{p}" for p in patterns]
@@ -128,9 +127,8 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 
 def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[str, str]]:
-    """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
-    (JobViews, or CancelReports: each a key as ``name``) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
-    out (its driver says why); a forgery is never read (job_stats leaves it out)."""
+    """The queued jobs the caller may read that can no longer run once ``cancelled`` (each with a key as ``name``)
+    are, as (its key, the key it waits for), in queue order."""
     from onite.spool.edits import waits_for
 
     gone = {view.name for view in cancelled}
@@ -176,9 +174,8 @@ def file_cancelled(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 
 
 def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
-    """Hold (or release: the markers the caller may remove) a queued job, keeping its place; False: a release of a
-    job that no marker held (nothing was done). Refused: another's job, one that started as it was held, or a hold
-    of root's left on it."""
+    """Hold (or release) a queued job, keeping its place; False: a release of a job no marker held. Refused:
+    another's job, one that started as it was held, or a hold of root's left on it."""
     name = key_for(text)
     entries = find_queued(spool, name)
     if not entries:

@@ -1,11 +1,8 @@
-"""``onite edit NAME``: change a queued job's limits, priority, not-before time or dependencies (as ``pueue
-edit`` and ``tsp -u`` do), keeping its place where the change allows.
+"""``onite edit NAME``: change a queued job's limits, priority, not-before time or dependencies.
 
-Invariant: a job keeps its place (its file, whose ctime is its place, is not touched) when its priority
-stays: the new limits are an edit beside it (onite.spool.edits), which the driver honours from its next
-pick and takes as it claims the job. A new priority moves the job to the end of its new folder. Either
-the edit applies before the job starts, or it fails with nothing changed: never half of it.
-"""
+A job keeps its place when its priority stays: the new limits are an edit beside its file (onite.spool.edits),
+which the driver honours from its next pick. A new priority moves the job to the end of its new folder. Either
+the edit applies before the job starts, or it fails with nothing changed."""
 
 from __future__ import annotations
 
@@ -26,10 +23,8 @@ from onite.spool.scan import find_queued, find_running, read_markers, withdrawn_
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
-    """Change queued job ``text`` (NAME: the caller's; USER:NAME) as ``changes`` say (``--after NAME`` is the
-    caller's job, as in submit); what became of it, in words (with a new --after on a job that failed or was
-    cancelled, that the job will fail too, as submit says it). Refused: another's job, one running or finished,
-    or one that started while being changed (nothing changed)."""
+    """Change queued job ``text`` as ``changes`` say; what became of it, in words. Refused: another's job, one
+    running or finished, or one that started while being changed (nothing changed)."""
     said, new = _edit(spool, text, caller_uid, now, changes)
     if changes.after is None:
         return said
@@ -102,8 +97,7 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
 
 
 def _cancelled(spool: SpoolDir, name: str, job, ino: int = 0) -> bool:
-    """Was this queued job (``job``: as read; None: not read; ``ino``: its file's inode, 0 if not known) cancelled
-    before it started? Its result says so, or, withdrawn by its owner and not filed yet, its file in cancel/."""
+    """Was this queued job (``job`` as read, else None; ``ino`` its file's, else 0) cancelled before it started?"""
     try:
         if any(e.name == name and (not ino or e.ino == ino) for e in withdrawn_entries(spool)):
             return True
@@ -123,8 +117,8 @@ def _moved(spool: SpoolDir, name: str) -> bool:
 
 
 def _left(text: str, what: str, cancelled: bool, moved: bool = False) -> Refused:
-    """The job left its queue as it was being edited: a cancel took it (``cancelled``, as ``_cancelled`` says:
-    not told to have started), another edit moved it (``moved``), else a driver claimed it."""
+    """The job left its queue as it was being edited: a cancel took it, another edit moved it, or a driver
+    claimed it."""
     if cancelled:
         return Refused(f"job {text!r} was cancelled just now: {what}", "see onite list --all")
     if moved:
@@ -141,9 +135,7 @@ def _withdraw_older(spool: SpoolDir, name: str, marker) -> None:
 
 
 def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
-    """The queued file of job ``name`` (a key; ``text`` as the caller wrote it) the caller may edit (the
-    earliest, as the driver rules; never a forgery: find_queued leaves it out).
-    Raises NotFound, Refused: as ``edit``."""
+    """The earliest queued file of job ``name`` the caller may edit. Raises NotFound, Refused: as ``edit``."""
     entries = sorted(find_queued(spool, name), key=lambda e: (e.rank, e.ctime_ns))
     mine = [e for e in entries if owner_or_root(caller_uid, e.uid)]
     if mine:

@@ -1,9 +1,7 @@
-"""``onite restart NAME``: spool a finished job again from its file jobsdone/KEY, as ``pueue restart`` does.
+"""``onite restart NAME``: spool a finished job again from its file jobsdone/KEY, its last run's state reset.
 
-What belonged to the last run is reset (attempts, submit time, a not-before time that has passed).
-Invariant: only its owner or root may, the new file is the job's owner's whoever restarts it (its owner
-is whom it runs as), and everything a submit checks is checked again.
-"""
+Only its owner or root may; the new file is the job's owner's whoever restarts it, and everything a submit
+checks is checked again."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ from onite.core.request import JobChanges, SubmitRequest
 
 def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_name: str | None = None,
             unique: bool = False, hold: bool = False, changes: JobChanges = JobChanges()) -> Job:
-    """Spool the finished job ``text`` (NAME: the caller's; USER:NAME) again (as ``new_name``, or made
-    unique) from this host, under its owner's name, with ``changes`` (``--after NAME`` is the caller's job, as in
-    submit), checked as a submit is; the job spooled."""
+    """Spool the finished job ``text`` again (as ``new_name``, or made unique) under its owner's name, with
+    ``changes``; the job spooled."""
     name = key_for(text)
     user, plain = split_key(name)
     new = plain if new_name is None else new_name  # --name "" is a bad name, not no --name
@@ -58,8 +55,8 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
 
 
 def read_finished(spool: SpoolDir, name: str, caller_uid: int):
-    """The job of finished job ``name`` and its file's stat, if the caller may restart it: Refused for someone
-    else's, or a file onite may not trust (a link, not regular, several links, no account)."""
+    """The job of finished job ``name`` and its file's stat. Refused: someone else's, or a file onite may not
+    trust."""
     path = _finished_path(spool, name, caller_uid)
     try:
         st = os.lstat(path)
@@ -79,14 +76,12 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
         raise NotFound(f"no finished job {label(name)!r} is kept", "retention removed it just now") from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
-    # as the driver trusts a queued file: its owner's alone (a file others may write runs what they wrote),
-    # one link, an account (a job of a deleted account never runs again)
+    # as the driver trusts a queued file: its owner's alone, one link, an account
     problem = "it changed as it was read" if opened.st_uid != st.st_uid else file_problem(
         opened, max_size=spool.config.max_job_size, resolve_uid=identity.resolve, may_settle=False)
     if problem:
         raise Refused(f"{path} cannot be restarted: {problem}", "spool the job anew with onite submit")
-    # a job cancelled while queued was never claimed, so its edits (onite edit) are still beside it in edit/:
-    # it reruns as edited, as a job that ran does (its driver wrote them into its file)
+    # a job cancelled while queued was never claimed: its edits are still beside it, and it reruns as edited
     job = edited(job, trusted(read_markers(spool.edit_dir), name), spool.config.max_job_size)[0]
     return job, opened
 
