@@ -6,8 +6,9 @@ import functools
 import os
 import sys
 
-from onite.core.errors import InvalidInput
+from onite.core.errors import DamagedRecord, InvalidInput, Refused, SpoolError, SpoolIOError
 from onite.core.names import resolve, shown
+from onite.spool.accounts import user_name
 from onite.spool.paths import SpoolDir
 
 
@@ -22,7 +23,6 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     if reading:
         target.config_faults = []
     if where.personal_default and not target.exists():
-        from onite.core.errors import SpoolError, SpoolIOError
         from onite.spool.skeleton import init_spool  # once per user: not on every submit's path
 
         try:
@@ -38,7 +38,6 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
 def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid: int) -> None:
     """Refused if job ``name`` (``text`` as typed) has finished or was withdrawn: what hold, release, edit and
     cancel (``done``: "held" …) say alike, with what its owner may do about it."""
-    from onite.core.errors import DamagedRecord, Refused, SpoolIOError
     from onite.core.policy import owner_or_root
     from onite.spool.results import read_result
     from onite.spool.scan import key_uid, withdrawn_entries
@@ -100,8 +99,6 @@ def me() -> str:
 @functools.lru_cache(maxsize=8)
 def _account(uid: int) -> str:
     """Keyed by uid: a process that forks and changes its uid (as the tests' run_cli does) gets its new name."""
-    from onite.spool.accounts import user_name
-
     return user_name(uid)
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 
 from onite.core.record import Record
-from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
+from onite.spool.cancels import Filed, file_withdrawn, request_cancel, tell_filed, withdraw
 from onite.spool.files import remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
@@ -20,6 +20,7 @@ from onite.spool.recurstate import is_template
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
 from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_markers
+from onite.spool.settings import default_host
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
 from onite.app.common import key_for, me, refuse_finished
@@ -156,10 +157,8 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
 
 def file_cancelled(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
     """What a driver does on filing a cancelled job: the log line, its count, the owner's notice if wanted."""
-    from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
     from onite.core.clock import SYSTEM
-    from onite.spool.cancels import tell_filed
     from onite.drain.metrics import Metrics
     from onite.exec.notify import Notifier
 

@@ -1,9 +1,7 @@
 """``onite cron [--install | --uninstall]``: the cron entry that drains a spool, and the spool's record of it.
 
-The entry is a marked block in the caller's crontab (``# BEGIN onite SPOOL`` … ``# END onite SPOOL``),
-replaced whole, every other line kept. Nobody but root may read root's crontab, so the spool keeps a
-world-readable record of what was installed (onite.spool.cronrecords), for status and submit to read.
-"""
+The entry is a marked block in the caller's crontab, replaced whole, every other line kept. Only root may read
+root's crontab, so the spool keeps a world-readable record of what was installed, for status and submit."""
 
 from __future__ import annotations
 
@@ -90,9 +88,8 @@ def cron_lines(spool: str | None) -> str:
 
 def cron_command(spool: str | None, now: datetime, *, install: bool = False, uninstall: bool = False,
                  force: bool = False) -> str:
-    """``onite cron [--install [--force] | --uninstall]``: the lines, or install or remove them; the text to print.
-    Refused: the spool is root's and this is not root; the onite it would write is not installed for the
-    machine (``install_problem``), unless ``force``."""
+    """``onite cron [--install [--force] | --uninstall]``: the text to print. Refused: the spool is not the
+    caller's; the onite it would write is not installed for the machine, unless ``force``."""
     if install and uninstall:
         raise InvalidInput("--install and --uninstall together", "give one of them")
     if not install and not uninstall:
@@ -140,8 +137,7 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
 
 
 def _check_writable(root: Path) -> None:
-    """InvalidInput if the spool's path, or this onite's, cannot stand in a crontab line (cron ends a line at a
-    newline, and a command at a %: crontab(5))."""
+    """InvalidInput if the spool's path, or this onite's, cannot stand in a crontab line (a newline or a %)."""
     onite = command_prefix()  # shell-quoted already
     for what, path, shown, hint in (
             ("the spool's path", str(root), repr(str(root)), "use a spool path without them"),
@@ -166,9 +162,8 @@ SYSTEM_INSTALL = ("install onite for the machine (docs/admin-guide.md): /usr/bin
 
 
 def install_problem(command: str) -> str | None:
-    """Why the onite that ``command`` runs should not start the night: its script, interpreter or package
-    cannot be reached by every user (each job's monitor runs as the job's owner), or lives in a home directory
-    or a checkout (a scratch folder); None if neither."""
+    """Why the onite that ``command`` runs should not start the night: every user cannot reach it (each job's
+    monitor runs as its owner), or it lives in a home directory or a checkout; None if neither."""
     import onite
 
     given = [shlex.split(command)[0], sys.executable, os.path.dirname(os.path.abspath(onite.__file__))]

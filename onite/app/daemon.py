@@ -1,11 +1,9 @@
 """``onite daemon``: the driver for machines without cron, one long-running process per host.
 
-It holds this host's driver lock and heartbeat for its whole life, and decides when to drain and
-which kind: at a time of ``schedule`` and when told to (onite.drain.heartbeat.request_wake), a full drain; when a
-not-before time comes or a recurring job fires, a drain of only the jobs whose time has come,
-widened if a schedule time comes meanwhile. SPOOL/daemon.HOST.state keeps the last schedule time
-handled: one missed while it was down is caught up once, while its night window is open.
-"""
+It holds this host's driver lock and heartbeat for its whole life. At a time of ``schedule``, or told to, it
+drains fully; when a not-before time comes or a recurring job fires, it drains only the jobs whose time has come,
+widened if a schedule time comes meanwhile. daemon.HOST.state keeps the last schedule time handled: one missed
+while it was down is caught up once, while its night window is open."""
 
 from __future__ import annotations
 
@@ -82,10 +80,8 @@ class Daemon:
         return self.spool.state_path(DAEMON_STATE, self.host)
 
     def run(self) -> int:
-        """Lock, catch up a missed night if its window is open, then wake and drain until stopped (the process
-        ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this host;
-        ConfigError: the reserve leaves nothing for jobs (after a reload, each
-        drain logs that instead)."""
+        """Lock, catch up a missed night, then wake and drain until stopped. Refused: the spool is not this user's
+        to drain, or another daemon runs for this host; ConfigError: the reserve leaves nothing for jobs."""
         trust.check_drainable(self.spool, "onite daemon")
         self.schedule = tuple(self.spool.config.schedule)  # checked as onite.toml was read
         check_capacity(self.spool.config, self.host, str(self.spool.config_path))
@@ -110,8 +106,8 @@ class Daemon:
         return 0
 
     def _lock(self):
-        """This host's driver lock; wait while a plain driver holds it (None: stopped meanwhile). Refused: another
-        daemon runs for this host (its heartbeat says so)."""
+        """This host's driver lock, waited for while a plain driver holds it (None: stopped meanwhile). Refused:
+        another daemon runs for this host."""
         holder = f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=daemon"
         announced = False
         while True:
@@ -147,8 +143,7 @@ class Daemon:
             self.log.event("drain-now", note="draining once at start, then following the schedule")
             self._drain(only_timed=False)
         elif not drained and self._left_running():
-            # what a dead driver of this host left is recovered now (adopted, filed or requeued), not at
-            # the next scheduled drain: until then its jobs would show as running, ended or not
+            # what a dead driver of this host left is recovered now, not shown as running until the next drain
             self.log.event("recovering", note="a driver of this host left jobs in running/; recovering them now")
             self._drain(only_timed=True)
         while not self.stopping:
@@ -210,8 +205,8 @@ class Daemon:
         return True
 
     def _due(self, now: datetime):
-        """The plan (onite.core.window) of a schedule time that has come and whose window is open; None
-        if none has come, or its window closed first (logged as a missed night, and handled)."""
+        """The plan of a schedule time that has come and whose window is open; None if none has come, or its
+        window closed first (logged as a missed night)."""
         if set_back_since(self.last, now):  # drains handled while the clock was ahead: plan from now
             self.last = now
             self._save_state()
@@ -262,8 +257,8 @@ class Daemon:
         return True
 
     def _tick(self, driver: Driver, now: datetime) -> datetime | None:
-        """Called by the driver on every turn: spool recurring jobs; widen a timed drain when a schedule
-        time comes. Returns when it next has something to do."""
+        """Each turn of the driver: spool recurring jobs, widen a timed drain when a schedule time comes; when it
+        next has something to do."""
         self._spool_recurring(now)
         if driver.night.window_closed and not driver.night.only_timed and driver.night.running:
             driver.narrow_to_timed(now)  # a job running past until holds no --at or recurring job back

@@ -20,7 +20,7 @@ from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results, result_names
 from onite.spool.accounts import user_name
-from onite.spool.scan import Entry, queued_stats, running_entries, withdrawn_entries
+from onite.spool.scan import Entry, find_running, queued_stats, running_entries, withdrawn_entries
 from onite.spool.settings import default_host
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
@@ -153,8 +153,6 @@ def waits_in_slurm(view: JobView) -> bool:
 def slurm_wait_of(spool: SpoolDir, key: str) -> str:
     """Why running job ``key`` has not started in Slurm (``pending in Slurm (Resources)``), from its run record;
     "" if it has (or is no Slurm job)."""
-    from onite.spool.scan import find_running
-
     for entry in find_running(spool, key):
         info = _runinfo(spool, entry.host, key)
         if info.get("waiting") and not info.get("ended"):

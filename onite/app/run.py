@@ -12,13 +12,13 @@ from onite.app.common import open_spool
 from onite.core.errors import NotFound, Refused, SpoolError
 from onite.core.names import check_name
 from onite.core.safetext import printable
+from onite.core.timeparse import parse_clock
 from onite.drain import heartbeat as hb
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
 from onite.spool import trust
 
-# `run --detach` waits for its background driver's word; this bound only keeps a driver that never
-# gets to say it (a machine stalled for minutes) from holding the command line forever
+# `run --detach` waits for its background driver's word at most this long (a machine stalled for minutes)
 DETACH_WORD_BOUND = 300.0
 DETACH_REPORT = "ONITE_DETACH_REPORT"  # the descriptor on which a background driver says it drains
 DRAINING = b"draining\n"
@@ -28,10 +28,8 @@ IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
 
 def driver_target(spool: str | None, until: str | None, host: str | None,
                   command: str = "onite run") -> tuple[SpoolDir, dtime | None]:
-    """``onite run``'s and ``onite daemon``'s common options, checked: the spool (its real path: no way to it
-    through a link another user could change, else Refused) and the --until time."""
-    from onite.core.timeparse import parse_clock
-
+    """``onite run``'s and ``onite daemon``'s common options, checked: the spool (its real path, no link another
+    user could change) and the --until time."""
     target = open_spool(spool)
     real = trust.resolve(target.root, os.geteuid(), command)  # from here on, the spool's real path
     if real != target.root:
@@ -45,8 +43,7 @@ def driver_target(spool: str | None, until: str | None, host: str | None,
 
 def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, host: str | None = None,
           scheduled: bool = False, echo=None, listener=None, tick=None) -> int:
-    """``onite run`` in this process: drain now; the exit code. ``echo``, ``listener`` and ``tick`` are how the
-    command line shows the drain (onite.cli.progress)."""
+    """``onite run`` in this process: drain now; the exit code. ``echo``, ``listener`` and ``tick`` show it."""
     from onite.drain.driver import Driver
 
     word = _detach_word()
@@ -61,10 +58,8 @@ def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, ho
 
 
 def _detach_word() -> list[int]:
-    """How a background driver tells ``detach_driver`` that it drains: DRAINING on the descriptor named by
-    DETACH_REPORT, written at its ``driver-start`` (it holds the lock and drains); its exit, with that descriptor
-    closed unsaid, is its other word. [the descriptor] in the driver detach_driver started, [] in any other
-    ``onite run``; taken out of the environment and out of reach of what this process starts."""
+    """The descriptor (DETACH_REPORT) on which a driver ``detach_driver`` started says DRAINING at its
+    ``driver-start`` ([] in any other ``onite run``), taken out of reach of what this process starts."""
     value = os.environ.pop(DETACH_REPORT, None)
     if value is None or not value.isascii() or not value.isdigit():
         return []
@@ -76,8 +71,7 @@ def _detach_word() -> list[int]:
 
 
 def _saying_draining(word: list[int], then):
-    """A log listener that says DRAINING on ``word``'s descriptor (then closed) at ``driver-start``, and tells
-    ``then`` of every event."""
+    """A log listener that says DRAINING on ``word``'s descriptor at ``driver-start``, and tells ``then`` all."""
     def tell(when, event, name, fields) -> None:
         if event == "driver-start" and word:
             fd = word.pop()
@@ -92,8 +86,7 @@ def _saying_draining(word: list[int], then):
 
 def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None = None, until: str | None = None,
                host: str | None = None, echo=None) -> int:
-    """``onite daemon``: wake at the schedule's times and drain, until stopped; the exit code. ``echo``:
-    where its log lines go too (stderr, for journald)."""
+    """``onite daemon``: wake at the schedule's times and drain, until stopped; the exit code."""
     target, until_time = driver_target(spool, until, host, "onite daemon")
     from onite.app.daemon import Daemon
 
@@ -124,7 +117,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
 
 def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
     """``onite recover --host HOST``, before it asks: the spool and the names of the jobs HOST has claimed.
-    Refused before anything is looked at: the caller is neither root nor a personal spool's owner."""
+    Refused: the caller is neither root nor a personal spool's owner."""
     from onite.spool.scan import running_entries
 
     check_name(host, what="host name")
@@ -136,9 +129,8 @@ def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
 
 def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: str | None,
                   scheduled: bool = False) -> tuple[int, str]:
-    """Start ``onite run`` in the background, immune to hang-up, and wait for its word: it says on a pipe
-    that it took the lock and drains, or it ends without saying so (another driver, the daemon, outside
-    the window; or it refused). Return the exit code and a line saying which, in the log's words."""
+    """Start ``onite run`` in the background, immune to hang-up, and wait until it says it drains or ends
+    without saying so; the exit code and a line saying which, in the log's words."""
     import signal
     import subprocess
 
@@ -156,8 +148,7 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     word_r, word_w = os.pipe2(os.O_CLOEXEC)
     env[DETACH_REPORT] = str(word_w)
-    # Its pid is printed at once: it starts with the driver's signals blocked, so that a USR1 or a
-    # HUP sent before it has installed its handlers waits for them instead of killing it.
+    # its pid is printed at once: a USR1 or HUP before it has its handlers must wait, not kill it
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SignalCatcher.SIGNALS)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w,
@@ -190,8 +181,7 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
 
 
 def _await_word(child, word_r: int, err_r: int) -> tuple[bytes, bytes, int | None]:
-    """The background driver's word (DRAINING, or the pipe's end as it ends unsaid), its stderr so far,
-    and, once it ended unsaid, its exit code (None while it runs: DETACH_WORD_BOUND passed)."""
+    """The background driver's word, its stderr so far, and its exit code once it ended unsaid (else None)."""
     import select
     import subprocess
     import time
@@ -237,8 +227,7 @@ def _what_it_did(target: SpoolDir, pid: int) -> str:
 
 
 def idle_reason(event: str, fields: dict) -> str:
-    """Why a run did nothing, in the log's words: the event's note, with who holds the lock for ``driver-busy``
-    (``fields`` as logged, or as read back from the log)."""
+    """Why a run did nothing, in the log's words: the event's note, with who holds the lock for ``driver-busy``."""
     note = str(fields.get("note") or event)
     if event == "driver-busy":
         who = ", ".join(x for x in (

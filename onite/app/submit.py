@@ -23,6 +23,7 @@ from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode, env_text
 from onite.core.request import Captured, SubmitRequest, build_job
+from onite.core.resources import never_fits, request_of
 from onite.core.safetext import quoted
 from onite.app.common import label, me, open_spool, read_job_text, read_stdin
 from onite.core.names import MAX_NAME, SUFFIX_LEN, check_base, check_name, job_key, split_key, unique_name
@@ -298,8 +299,6 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
 def check_capacity(spool: SpoolDir, job: Job) -> None:
     """Refuse (Refused) now a job that no local host it may run on could ever run (its pin, else any host of
     the spool: onite.core.resources.never_fits); Slurm says its own."""
-    from onite.core.resources import never_fits, request_of
-
     need = request_of(job.mem, job.cpus)  # the spool's defaults are in the job already (onite.core.request)
     if spool.config.executor != "local" or not (need.mem or need.cpus):
         return

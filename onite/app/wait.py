@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from onite.core.record import Record
+from onite.spool import runrecords
 from onite.spool.accounts import user_name
 from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.outputs import copy_data, open_job_output
@@ -258,7 +259,6 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     """How a running job ended whose run record says it ended while no driver runs on its host to file it.
     None: it still runs, a live driver files it soon, or the next drain runs it again (retries left)."""
     from onite.drain.heartbeat import driver_gone
-    from onite.spool import runrecords
 
     for entry in find_running(spool, key):
         record = runrecords.read(spool.run_record_path(entry.host, key))
