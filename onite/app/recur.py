@@ -1,9 +1,7 @@
 """``onite recur``: add, remove, list and preview recurring jobs (templates in SPOOL/recur/).
 
-A template is a job file whose header carries its rule (onite.core.recurring), written like a job
-(mode 0600, whole or not at all) into the sticky recur/; its file's owner is its owner. Other users'
-templates cannot be read: their rules are shown from recur.state, which the driver keeps public.
-"""
+A template is a job file whose header carries its rule, written like a job into the sticky recur/; its file's
+owner is its owner. Other users' rules are shown from recur.state, which the driver keeps public."""
 
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ if TYPE_CHECKING:
 def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, cron: str | None = None,
         every: str | None = None, offset: str | None = None) -> tuple[Job, object]:
     """Store a template of the jobs ``request`` asks for, spooled by the rule ``cron``, or ``every`` with its
-    ``offset`` (mode 0600, owned by the caller); return it and its rule (Refused: the name is taken)."""
+    ``offset``; it and its rule. Refused: the name is taken."""
     from onite.app.submit import check_capacity, check_mail
     from onite.core.request import build_job  # not at import: onite status lists templates, it adds none
 
@@ -83,8 +81,7 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
 
 
 def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
-    """What will spool the runs of the template ``job`` (onite.drain.nextdrain): a daemon when each fires, else
-    each drain that starts (cron, the timer), else nothing; said on stderr by ``recur add``."""
+    """What will spool the runs of the template ``job``, as ``recur add`` says it."""
     from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text
 
     drain, name = plan(spool, now), label(job.name)
@@ -98,8 +95,7 @@ def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
 
 
 def remove(spool: SpoolDir, name: str, caller_uid: int) -> list[str]:
-    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs); its owner or root only.
-    Its runs still queued or running (``runs_in_flight``), which will go on: the caller is told of them."""
+    """Remove the template ``name`` (its owner or root only); its runs still queued or running, which go on."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
@@ -137,8 +133,8 @@ class TemplateView(Record):
 
 
 def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None = None) -> list[TemplateView]:
-    """Every template used (``used_templates``), by name; those the caller cannot read (other users') as
-    recur.state tells them. Given ``set_aside``, it gets by uid how many of each user's are not used (not read)."""
+    """Every template used, by name; other users' as recur.state tells them. ``set_aside`` gets by uid how many
+    of each user's are not used."""
     state = load_state(spool)
     views = []
     used, aside = used_templates(spool)
@@ -186,8 +182,8 @@ def upcoming(spool: SpoolDir, now: datetime) -> list[dict]:
 
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result, *, head: bool = False) -> tuple[Job, object]:
-    """The template and its rule (``head``: its header only, its body cut: read_job_head); only from a regular
-    file (root opening a planted device could have effects). PermissionError: another user's template."""
+    """The template and its rule (``head``: its header only); only from a regular file (root opening a planted
+    device could have effects). PermissionError: another user's template."""
     if not stat.S_ISREG(st.st_mode):
         raise BadFile("not a regular file")
     job, _ = (read_job_head if head else read_job_file)(path, spool.config.max_job_size, one_link=True)
@@ -195,8 +191,7 @@ def _read_template(spool: SpoolDir, path: Path, st: os.stat_result, *, head: boo
 
 
 def template_rule(spool: SpoolDir, name: str):
-    """The rule of the template ``name`` (``onite recur next NAME``); another user's as recur.state tells it,
-    Refused until a driver has read it."""
+    """The rule of the template ``name``; another user's as recur.state tells it (Refused until it does)."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:

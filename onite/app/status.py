@@ -1,7 +1,7 @@
 """``onite status``: drivers, what runs, what is queued and why it waits, the next drain, how last night went.
 
-Invariant: only what every user may see is read, but for why a queued job waits: the caller's own job files
-among the first EXAMINE, decided by the driver's own rules (onite.drain.verdicts)."""
+Only what every user may see is read, but for why a queued job waits: the caller's own job files among the first
+EXAMINE, by the driver's own rules."""
 
 from __future__ import annotations
 
@@ -136,8 +136,7 @@ def containment_said(spool: SpoolDir) -> dict | None:
 
 
 def last_night(spool: SpoolDir, now: datetime) -> dict:
-    """How the last drain session (else yesterday's night) went, or (``draining``) the one still running, so far,
-    as onite.log tells it."""
+    """How the last drain session (else yesterday's night) went, so far, as onite.log tells it."""
     data = build(spool, now, records=False)
     if data.kind != "drain":
         data = build(spool, now, night="yesterday", records=False)
@@ -149,8 +148,8 @@ def last_night(spool: SpoolDir, now: datetime) -> dict:
 
 
 def _next_steps(data) -> list[str]:
-    """The next step for the caller's own failures among the first SHOWN_FAILED (onite.app.reporttext.next_step).
-    Read without records, every run looks pruned: a pruned one's restart says itself that it is not kept."""
+    """The next step for the caller's own failures among the first SHOWN_FAILED. Read without records, every run
+    looks pruned: a pruned one's restart says itself that it is not kept."""
     if not data.failures:  # a night without failures has no step to tell: the report's wording is not imported
         return []
     from onite.app.reporttext import next_step, told_failures

@@ -1,9 +1,7 @@
 """Spooling jobs: capture the caller's world, apply the spool's policy, write the files; ``onite submit`` as typed
 (stdin, ``--lines``, ``--``) and its confirmation line.
 
-Invariant: nothing is written unless every check passes (options, capacity, cutoff, check_lock, urgent
-rights, names, dependencies); each job file is written whole or not at all (onite.spool.files).
-"""
+Nothing is written unless every check passes; each job file is written whole or not at all."""
 
 from __future__ import annotations
 
@@ -36,8 +34,8 @@ COERCED = (b"C.UTF-8", b"C.utf8", b"UTF-8")  # what Python's start-up sets LC_CT
 
 
 def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes | None = None) -> Captured:
-    """The calling process's environment (bytes, exact), cwd, umask and host; ``env`` and ``cwd``, where given,
-    instead of its own. Raises InvalidInput: its cwd is gone, and no ``cwd`` is given."""
+    """The calling process's environment (bytes), cwd, umask and host; ``env`` and ``cwd``, where given, instead
+    of its own. InvalidInput: its cwd is gone."""
     mask = os.umask(0o077)
     os.umask(mask)
     if cwd is None:
@@ -51,9 +49,8 @@ def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes 
 
 
 def own_environment() -> dict[bytes, bytes]:
-    """This process's environment as its user set it: where their locale is C or POSIX, Python's start-up
-    sets LC_CTYPE to a UTF-8 one (PEP 538), which their shell and so their job would not have; the LC_CTYPE
-    the process started with (/proc/self/environ), or none, is kept instead."""
+    """This process's environment as its user set it: the LC_CTYPE it started with, not the UTF-8 one Python's
+    start-up sets in a C or POSIX locale (PEP 538), which their job would not have."""
     env = dict(os.environb)
     if env.get(b"LC_CTYPE") not in COERCED:
         return env
@@ -72,8 +69,7 @@ def own_environment() -> dict[bytes, bytes]:
 
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
-    """Check the spool's policy and spool the job; return it as spooled (its final name, priority, times).
-    Raises InvalidInput (name, option, dependency), Refused (policy, name taken), SpoolError, SpoolIOError."""
+    """Check the spool's policy and spool the job; the job as spooled."""
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config, caller.name)
@@ -104,8 +100,8 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
 
 
 def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> None:
-    """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself, even through
-    queued jobs (else InvalidInput). ``unique``: each name is a base, to be made unique."""
+    """InvalidInput unless each of ``jobs`` waits only for an earlier one or a spooled job, and not for itself
+    through queued jobs. ``unique``: each name is a base, to be made unique."""
     if not any(job.after for job in jobs):
         return
     from onite.core.queue import DepState  # not at import, nor for jobs without --after: a submit loads no queue order
@@ -143,8 +139,8 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
 
 
 def _waits_for(spool: SpoolDir):
-    """``key → what queued job key waits for``, as far as the caller can read it (their own; root: all), as edited
-    (onite.spool.edits); each read once, CYCLE_LOOKS at most, for the whole batch."""
+    """``key → what queued job key waits for``, as edited, as far as the caller can read it; CYCLE_LOOKS reads at
+    most."""
     import functools
 
     from onite.spool.edits import read_edited
@@ -169,8 +165,7 @@ def _waits_for(spool: SpoolDir):
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
-    """Refuse (Refused) a key that is queued or running, or a file at it that is not ``uid``'s (a forgery: the
-    driver sets it aside; until then the key cannot be used)."""
+    """Refused: a key that is queued or running, or a file at it that is not ``uid``'s (a forgery)."""
     found = _entries_at(spool, set(keys))
     for entry in sorted(found, key=lambda e: e.name):
         name = split_key(entry.name)[1]
@@ -183,8 +178,7 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
 
 
 def _entries_at(spool: SpoolDir, keys: set[str]) -> list:
-    """What lies at ``keys`` in the queue folders and running/, forgeries too: a few keys are looked up one by one,
-    a big batch's in one listing of each folder."""
+    """What lies at ``keys`` in the queue folders and running/, forgeries too (a big batch's in one listing)."""
     folders = [(folder, {"rank": rank}) for rank, folder in spool.queue_folders()] + \
         [(spool.running_dir(host), {"host": host}) for host in spool.hosts()]
     found = []
@@ -196,8 +190,8 @@ def _entries_at(spool: SpoolDir, keys: set[str]) -> list:
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
                   owner: tuple[int, int] | None = None) -> list:
-    """Before jobs ``names`` are spooled: remove their names' stale hold markers (none is queued: one would
-    hold the new job), and add one for each of ``held`` (``owner``'s), first, so that no driver sees it unheld."""
+    """Before jobs ``names`` are spooled: remove their names' stale hold markers, and add one for each of
+    ``held``, first, so that no driver sees it unheld."""
     holds = read_markers(spool.hold_dir)
     stale = [n for n in names if n in holds]
     if stale:
@@ -219,8 +213,8 @@ def undo_holds(markers: list) -> None:
 
 
 def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
-    """Spool several jobs, all checked before any is written, in order (their order within a priority).
-    A name taken while writing leaves the jobs before it spooled: the error says how many."""
+    """Spool several jobs in order, all checked before any is written. A name taken while writing leaves the
+    jobs before it spooled: the error says how many."""
     if not requests:
         return []
     config = spool.config
@@ -277,8 +271,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
 
 
 def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
-    """Refuse (Refused) urgent without the right, a submit after the cutoff, or one while a driver runs
-    under check_lock."""
+    """Refused: urgent without the right, after the cutoff, or while a driver runs under check_lock."""
     config = spool.config
     if request.urgent:
         check_urgent(caller, config.admins, "spool urgent jobs")
@@ -297,8 +290,7 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
 
 
 def check_capacity(spool: SpoolDir, job: Job) -> None:
-    """Refuse (Refused) now a job that no local host it may run on could ever run (its pin, else any host of
-    the spool: onite.core.resources.never_fits); Slurm says its own."""
+    """Refused: a job no local host it may run on could ever run (Slurm says its own)."""
     need = request_of(job.mem, job.cpus)  # the spool's defaults are in the job already (onite.core.request)
     if spool.config.executor != "local" or not (need.mem or need.cpus):
         return
@@ -314,8 +306,7 @@ def check_capacity(spool: SpoolDir, job: Job) -> None:
 
 
 def check_mail(notify: str | None, config: Config) -> None:
-    """``--notify mail`` where mail cannot go out (no sendmail) is an InvalidInput now, not a log line the
-    next morning."""
+    """``--notify mail`` where mail cannot go out is an InvalidInput now, not a log line the next morning."""
     if notify != "mail":
         return
     from onite.exec.notify import find_sendmail
@@ -343,9 +334,8 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
 
 
 def missing_command(argv: list[str]) -> str | None:
-    """The warning for a command after ``--`` that is found nowhere now (in PATH, or a file that may be run, from
-    here): the job would fail at night unless it appears by then. None: it is there, or /bin/sh's own (asked of
-    /bin/sh, which runs the job, only for a word found in no PATH)."""
+    """The warning for a command after ``--`` that is found nowhere now (PATH, a file, /bin/sh's own): the job
+    would fail at night unless it appears by then."""
     import shutil
 
     command = argv[0]
@@ -371,8 +361,8 @@ def _shell_has(word: str) -> bool:
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
                    confirm: bool = True) -> tuple[str | None, str | None]:
-    """``onite submit`` once parsed: spool stdin (or a command after ``--``) as one job, or with ``lines`` a job a
-    line; the line for stdout, and the ``confirmation``."""
+    """``onite submit``: stdin (or a command after ``--``) as one job, or a job a line; the stdout line, and the
+    ``confirmation``."""
     target = open_spool(spool)
     request.limits(target.config, now, me())  # a bad option is told before stdin is read
     if lines:
@@ -434,7 +424,7 @@ def ended_badly(spool: SpoolDir, job: Job) -> str:
 
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
     """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
-    where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
+    where, and when it is expected to run."""
     from onite.drain.heartbeat import BeatState
     from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
 
