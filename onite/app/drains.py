@@ -1,8 +1,7 @@
-"""Drains and the night's events, read back from onite.log (pure, apart from reading the log).
+"""Drains and the night's events, read back from onite.log, from its end, no further than the window needs.
 
-A *drain* is one driver's run, from its ``driver-start`` line to its ``driver-exit`` line (same host, same
-pid). The log is read from its end backwards, no further back than the window needs; a line onite did not
-write is skipped, never an error."""
+A *drain* is one driver's run, from its ``driver-start`` line to its ``driver-exit`` line (same host and pid);
+a line onite did not write is skipped."""
 
 from __future__ import annotations
 
@@ -47,13 +46,10 @@ class Event:
 
 
 class Drain:
-    """One driver's run. ``ended`` None: still running (its host's lock is held) or cut off by the
-    window; ``reason`` as driver-exit says (``drained``, ``window closed``, ``stopped``) or ``died``; ``recovered``: for
-    one that died, when the next driver of its host started (it recovers the claims a dead one left first), else None;
-    ``left``: the jobs its queue still held when it ended; ``until``: when its window closed (its --until,
-    or until in onite.toml), HH:MM[:SS]; ``ran``: the jobs it started or filed; ``beside``: the drains of
-    other hosts that ran at the same time, by the log's order (its times are whole seconds); ``at``: its
-    driver-start line's place among the events read, the log's order, finer than its times."""
+    """One driver's run. ``ended`` None: still running; ``reason`` as driver-exit says, or ``died``;
+    ``recovered``: for one that died, when the next driver of its host started; ``left``: the jobs its queue still
+    held; ``until``: when its window closed, HH:MM[:SS]; ``ran``: the jobs it started or filed; ``beside``: other
+    hosts' drains at the same time; ``at``: its start line's place among the events (finer than whole seconds)."""
 
     __slots__ = ("host", "pid", "started", "ended", "reason", "left", "until", "ran", "last_seen", "beside", "at",
                  "recovered")
@@ -133,8 +129,8 @@ def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[
 
 
 def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Drain]:
-    """The drains the events (oldest first) tell of, in the order they started. A drain with no exit
-    line runs if it is the last of a host whose lock is held now; else it died at its last line."""
+    """The drains the events (oldest first) tell of, in the order they started. One with no exit line runs if it
+    is the last of a host whose lock is held now, else it died at its last line."""
     open_: dict[tuple[str, int], Drain] = {}
     drains: list[Drain] = []
     for at, event in enumerate(events):
@@ -191,18 +187,15 @@ def integer(text: str | None) -> int | None:
 
 
 def pruned_keep(events: Iterable[Event]) -> int | None:
-    """The ``keep`` the first ``pruned`` line of ``events`` that records one was pruned with (a line of temporary
-    files records none); None: no such line."""
+    """The ``keep`` of the first ``pruned`` line of ``events`` that records one; None: no such line."""
     return next((keep for e in events if e.event == "pruned" and (keep := integer(e.fields.get("keep"))) is not None),
                 None)
 
 
 def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], datetime | None]) -> Session | None:
-    """Last night: the latest drain that ran a job (else the latest), with the drains of its night since the
-    night opened (``night_opened``: the night's first schedule time, None for a drain before it), and those
-    that ran at the same time as it (other hosts'); None: no drain. A drain of the afternoon before the
-    night opened (a test, a drain by hand) is no part of the night, unless it died and the night's next drain
-    of its host recovered its jobs."""
+    """Last night: the latest drain that ran a job (else the latest), with the drains of its night since the night
+    opened (``night_opened``) and those beside it; None: no drain. A drain before the night opened is no part of
+    it, unless it died and the night's next drain of its host recovered its jobs."""
     if not drains:
         return None
     latest = max((d for d in drains if d.ran), key=lambda d: (d.started, d.at), default=None) \
@@ -210,8 +203,7 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     opened = night_opened(latest.started)
     chosen = [d for d in drains if d is latest or d in latest.beside or (
         opened is not None and d.started >= opened and night_opened(d.started) == opened)]
-    # a driver that died is part of the night of the drain of its host after it, which recovered its jobs,
-    # whoever started either (by hand before the night opened too)
+    # a driver that died is part of the night of the next drain of its host, which recovered its jobs
     after: dict[str, Drain] = {}
     for drain in sorted(drains, key=lambda d: (d.started, d.at), reverse=True):
         later = after.get(drain.host)
@@ -224,9 +216,8 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
 
 
 class JobEvents(Record):
-    """What the log says of the jobs of a window: each job's last final line and the start line
-    before it, by (name, user: "" where a line names none), how many attempts a retried job was
-    allowed, the files refused."""
+    """What the log says of the jobs of a window, by (name, user): each job's last final line and its start
+    line, how many attempts a retried job was allowed, the files refused."""
 
     finals: dict[tuple[str, str], Event]
     starts: dict[tuple[str, str], Event | None]  # of the run each final line ends

@@ -1,9 +1,7 @@
 """What ``onite list`` and ``onite status`` show: one JobView per job, from the file system.
 
-Invariant: queued and running jobs are described from what anyone may see (folder, owner, hold
-marker, ctime, the run records), never by reading job files but the first EXAMINE the caller may
-read (why they wait); finished jobs come from their result records.
-"""
+Queued and running jobs are described from what anyone may see, never by reading job files but the first
+EXAMINE the caller may read (why they wait); finished jobs come from their result records."""
 
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ def _clock() -> Callable[[int], datetime]:
 
 def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]],
          now: datetime | None) -> Callable[[str, int, bool], tuple[str | None, str | None]]:
-    """``(name, uid, held) → (waiting, waiting_kind)`` of queued jobs: as onite.drain.verdicts decides
-    it for the jobs of ``head`` whose files this process may read ("" for one that may start now), "held"
-    for any held job, unknown (None) for the rest, and for every job without ``now``."""
+    """``(name, uid, held) → (waiting, waiting_kind)`` of queued jobs: the driver's verdict on the jobs of ``head``
+    this process may read ("" for one that may start now), "held" for any held job, else None."""
     if now is None:
         return lambda name, uid, held: (None, None)
     from onite.drain.verdicts import waiting_jobs  # the driver's rules: not what wait or status need of listing
@@ -78,8 +75,7 @@ def queued_views(spool: SpoolDir, now: datetime | None = None) -> list[JobView]:
 
 
 def drain_usage(spool: SpoolDir) -> dict[str, float] | None:
-    """With ``order = "fair"``: each user's running time in the drain running now (its results since
-    the drain began, and its running jobs so far), as its driver orders by it; else None."""
+    """With ``order = "fair"``: each user's running time in the drain running now, as its driver orders by it."""
     if spool.config.order != "fair":
         return None
     from onite.core.clock import SYSTEM
@@ -104,8 +100,7 @@ ENDED_NOT_FILED = "ended, not filed yet"  # a running job's reason once its moni
 
 
 def running_views(spool: SpoolDir) -> list[JobView]:
-    """The claimed jobs; one whose run ended (its run record says so) and that no driver has filed yet (its
-    driver died, or is about to) with when it ended: its time stops there."""
+    """The claimed jobs; one whose run ended and that no driver has filed yet, with when it ended."""
     views = []
     for entry in running_entries(spool):
         info = _runinfo(spool, entry.host, entry.name)
@@ -129,7 +124,7 @@ def withdrawn_view(entry: Entry) -> JobView:
 def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> list[JobView]:
     """Queued jobs in run order (with ``now``: why each waits); with ``include_all``, running and finished too
-    (results, and cancelled jobs not yet filed; damaged records' names go to ``damaged``)."""
+    (damaged records' names go to ``damaged``)."""
     views = queued_views(spool, now)
     if include_all:
         finished = [result_view(r, me()) for r in read_results(spool, damaged)]
@@ -151,8 +146,7 @@ def waits_in_slurm(view: JobView) -> bool:
 
 
 def slurm_wait_of(spool: SpoolDir, key: str) -> str:
-    """Why running job ``key`` has not started in Slurm (``pending in Slurm (Resources)``), from its run record;
-    "" if it has (or is no Slurm job)."""
+    """Why running job ``key`` has not started in Slurm (``pending in Slurm (Resources)``); "" if it has."""
     for entry in find_running(spool, key):
         info = _runinfo(spool, entry.host, key)
         if info.get("waiting") and not info.get("ended"):
@@ -161,10 +155,9 @@ def slurm_wait_of(spool: SpoolDir, key: str) -> str:
 
 
 def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
-    """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
-    ``queued``, ``started`` and (once its end is recorded) ``ended`` as datetimes; a Slurm job's start in Slurm
-    (None, and ``waiting`` saying why, while it has not started there) and ``nodes``; a field missing or damaged
-    is left out, an unreadable record gives {}."""
+    """What a listing shows of a running job's run record (``rank``, ``attempt``, ``external_id``, ``queued``,
+    ``started``, ``ended``; a Slurm job's ``nodes``, and ``waiting`` until it starts there); a field missing or
+    damaged is left out."""
     record = runrecords.read(spool.run_record_path(host, name))
     if record is None:
         return {}
@@ -189,9 +182,8 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool = False, held: bool | None = None) -> list[str]:
-    """The sorted names, as the caller types them, of their queued, running and, with ``finished``, kept
-    jobs that start with ``prefix`` (root: everyone's, as USER:NAME; a user typing ``USER:``: their keys).
-    ``held`` True: only the queued jobs a hold holds (what release takes); False: only those none holds (hold's)."""
+    """The sorted names, as the caller types them, of their queued, running and (``finished``) kept jobs that
+    start with ``prefix`` (root: everyone's). ``held``: only the queued jobs a hold holds (True) or not (False)."""
     keys = {name for _, _, name, _, is_held in queued_stats(spool) if held is None or is_held == held}
     if held is None:
         keys.update(e.name for e in running_entries(spool))

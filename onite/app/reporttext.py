@@ -1,7 +1,5 @@
-"""The words of the morning report, shared by the terminal, the HTML page and ``--json`` (pure).
-
-Invariant: text from users is shown through onite.core.safetext.printable.
-"""
+"""The words of the morning report, shared by the terminal, the HTML page and ``--json`` (pure). Text from users
+is shown through onite.core.safetext.printable."""
 
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ def window_text(data: ReportData) -> str:
 
 
 def died_text(data: ReportData) -> str:
-    """``; a driver died without finishing (vm, pid 812): …``: a drain of the window that never said it ended
-    (kill -9, the OOM killer, a power cut), whose jobs the next driver of its host recovers as it starts: said to
-    come while none has started, else with when it came."""
+    """``; a driver died without finishing (vm, pid 812): …``: the drains of the window that never said they
+    ended, whose jobs the next driver of their host recovers (said with when, once it came)."""
     died = [d for d in data.drains if d.reason == "died"]
     said = []
     for waits in (True, False):
@@ -81,8 +78,8 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
 
 
 def left_parts(data: ReportData) -> list[tuple[str, str]]:
-    """Each count of ``data.left`` that is not 0, in words: ``("queued", "6 left queued")``; while a drain of the
-    window still runs, its queued jobs are not left: just queued."""
+    """Each count of ``data.left`` that is not 0, in words: ``("queued", "6 left queued")`` (while a drain of the
+    window still runs, just queued)."""
     words = (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
              ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
     return [(key, f"{data.left[key]} {said}") for key, said in words if data.left.get(key)]
@@ -118,8 +115,7 @@ def failure_text(data: ReportData, job: JobView) -> str:
 
 
 def failure_what(data: ReportData, job: JobView) -> str:
-    """``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran: dependency build
-    failed``; with ``, attempt 2/3`` if it was retried."""
+    """``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran: …``; ``, attempt 2/3``."""
     took = human_duration(job.duration)
     if data.never_ran(job):
         what = f"never ran: {phrase(job.reason)}"
@@ -147,8 +143,7 @@ def rerun_note(data: ReportData, job: JobView) -> str:
 
 
 def tried_note(data: ReportData, job: JobView) -> str:
-    """``after attempt 1: exit 5``: the attempts that ran of a job whose latest attempt never started (a retry
-    cancelled while it waited out its back-off)."""
+    """``after attempt 1: exit 5``: the attempts that ran of a job whose latest attempt never started."""
     tried = data.tried.get(run_key(job)) if data.never_ran(job) else None
     if not tried:
         return ""
@@ -158,8 +153,7 @@ def tried_note(data: ReportData, job: JobView) -> str:
 
 
 def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]]:
-    """The failures told in full (the reader's own; root: all), and the names of the others' by user: a
-    user's report does not lead with what is not theirs to read or act on."""
+    """The failures told in full (the reader's own; root: all), and the names of the others' by user."""
     if data.reader == 0:
         return data.failures, {}
     told, others = [], {}
@@ -198,17 +192,14 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
 
 
 def next_step(data: ReportData, job: JobView) -> str:
-    """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
-    rounded up), ``onite restart big --mem 8G`` after it was killed for its memory (twice what it asked),
-    ``onite restart etl`` after another failure; "" where it is queued or running again (a restart would be
-    refused), where a restart would not rerun that run (told by the log alone) or cannot help (stopped at
-    max_output, it writes as much again)."""
+    """What to do about a failed job: ``onite restart slow --timeout 2h`` (twice the time it ran), ``onite restart
+    big --mem 8G`` (twice what it asked), ``onite restart etl``; "" where it is queued or running again, where a
+    restart would not rerun that run, or cannot help (stopped at max_output)."""
     if data.from_log(job) or job.reason == OUTPUT_STOPPED or job.name in data.again:
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"
-    # killed for its memory, run as it was, it is killed at the same size again; ``mem`` (MiB) is from its record
-    # or (a view from the log alone, as status reads it) the ``mem=`` of the line that filed it
+    # killed for its memory, it is killed at the same size again; ``mem`` (MiB): its record's, or the log's
     if job.reason.startswith(OUT_OF_MEMORY) and job.mem:
         return f"onite restart {label(job.name)} --mem {format_mem(job.mem * 2)}"
     return f"onite restart {label(job.name)}"
@@ -233,8 +224,7 @@ def waiting_title(data: ReportData) -> str:
         text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"
     return text
 
-# (title, right-justified), all left-justified: each column starts under its title. MEM: the most a job
-# used of what it asked for (312.5M/4G), so that users learn to ask right
+# (title, right-justified): all left-justified. MEM: the most a job used of what it asked for (312.5M/4G)
 COLUMNS = tuple((title, False) for title in ("STATE", "NAME", "USER", "PRI", "HOST", "STARTED", "TOOK", "MEM", "CPU",
                                              "TRIES", "EXIT", "REASON"))
 
@@ -261,8 +251,7 @@ _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 
 
 
 def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """At most ``most`` (1 or more) round local times (and labels) to mark on a timeline from ``start`` to ``end``,
-    a second or more after it (as ``timeline`` widens it)."""
+    """At most ``most`` round local times (and labels) to mark on a timeline from ``start`` to ``end``."""
     seconds = (end - start).total_seconds()
     step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
     label = "%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%m-%d"
@@ -278,10 +267,8 @@ def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str
 
 
 def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tuple[float, str]], list[tuple]]:
-    """The timeline of the jobs (one or more), from the first start (or end, of a job that never ran) to the last end,
-    widened to whole seconds (at least one, so that short jobs still get ticks): its ends, at most ``most`` ticks
-    (where, label), and each job's bar (job, from, to, never ran: a mark where it ended); every place a fraction of
-    the width, 0 to 1."""
+    """The jobs' timeline, widened to whole seconds (at least one): its ends, at most ``most`` ticks (where,
+    label), and each job's bar (job, from, to, never ran); every place a fraction of the width, 0 to 1."""
     start, end = min(job.started or job.finished for job in data.jobs), max(job.finished for job in data.jobs)
     start = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
     end = datetime.fromtimestamp(max(math.ceil(end.timestamp()), start.timestamp() + 1), end.tzinfo)
