@@ -1,4 +1,4 @@
-"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.restart)."""
+"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.edit.restart)."""
 
 import os
 import stat

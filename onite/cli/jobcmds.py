@@ -157,7 +157,7 @@ def restart(
 ) -> None:
     """Spool a finished job again: its text, environment, directory, umask and options, but for those given
     (--timeout 2h after a timeout); print its name, and say on stderr when it is expected to run."""
-    from onite.app.restart import restart as restart_job
+    from onite.app.edit import restart as restart_job
     from onite.app.submit import confirmation
     from onite.exec import identity
 
