@@ -92,14 +92,12 @@ def key_for(text: str, *, what: str = "job name") -> str:
 
 
 def me() -> str:
-    """The caller's user name (how their own jobs' keys begin), looked up once: ``list`` labels every job with it."""
+    """The caller's user name (how their own jobs' keys begin), looked up once per uid (``list`` labels every job
+    with it; a process that forks and changes its uid, as the tests' run_cli does, gets its new name)."""
     return _account(os.geteuid())
 
 
-@functools.lru_cache(maxsize=8)
-def _account(uid: int) -> str:
-    """Keyed by uid: a process that forks and changes its uid (as the tests' run_cli does) gets its new name."""
-    return user_name(uid)
+_account = functools.lru_cache(maxsize=8)(user_name)
 
 
 def label(key: str) -> str:

@@ -103,10 +103,10 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
     raise _left(text, "nothing changed", _cancelled(spool, name, job, st.st_ino), _moved(spool, name))
 
 
-def _cancelled(spool: SpoolDir, name: str, job, ino: int = 0) -> bool:
-    """Was this queued job (``job`` as read, else None; ``ino`` its file's, else 0) cancelled before it started?"""
+def _cancelled(spool: SpoolDir, name: str, job, ino: int) -> bool:
+    """Was this queued job (``job`` as read, else None; ``ino``: its file's) cancelled before it started?"""
     try:
-        if any(e.name == name and (not ino or e.ino == ino) for e in withdrawn_entries(spool)):
+        if any(e.name == name and e.ino == ino for e in withdrawn_entries(spool)):
             return True
     except SpoolIOError:
         pass
