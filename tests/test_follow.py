@@ -1,4 +1,5 @@
-"""``onite output NAME --follow``: a job's output as it grows, like ``pueue follow`` / ``tsp -t`` (onite.app.wait.follow).
+"""``onite output NAME --follow``: a job's output as it grows, like ``pueue follow`` / ``tsp -t``
+(onite.app.wait.follow).
 
 Real drivers and real jobs that write in steps, each step gated on a file
 the test removes: the follower must show each step before the next one

@@ -1,4 +1,5 @@
-"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.edit.restart)."""
+"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart``
+(onite.app.edit.restart)."""
 
 import os
 import stat

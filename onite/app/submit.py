@@ -342,7 +342,8 @@ def missing_command(argv: list[str]) -> str | None:
     if shutil.which(command) is not None:
         return None
     if "/" in command:
-        return f"warning: {quoted(command, 200)} is not a file you may run now: the job fails at night unless it is by then"
+        return (f"warning: {quoted(command, 200)} is not a file you may run now: the job fails at night unless it "
+                "is by then")
     if _shell_has(command):
         return None
     return f"warning: no command {quoted(command, 200)} in PATH now: the job fails at night unless it is there by then"
@@ -387,7 +388,8 @@ def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> lis
     """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; their names."""
     lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
     if not lines:
-        raise InvalidInput("no job on stdin: every line is empty", "one command a line: onite submit NAME --lines < jobs.txt")
+        raise InvalidInput("no job on stdin: every line is empty",
+                           "one command a line: onite submit NAME --lines < jobs.txt")
     width = max(5, len(str(len(lines))))
     room = MAX_NAME - 1 - width
     base = request.name
@@ -451,7 +453,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     elif draining:
         parts.append(f"a drain is running now on host {draining[0].host}"
                      + (" (it starts it then, if it is still draining)" if later else ""))
-    elif job.not_before is not None and daemons and not job.after:  # due (--at now): the daemon's wake starts it at once
+    elif job.not_before is not None and daemons and not job.after:  # due (--at now): the daemon's wake starts it
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it now")
     elif fits:
         parts.append(starter_text(fits[0], now))
