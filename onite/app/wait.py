@@ -36,6 +36,7 @@ EXIT_TIMEOUT = 6  #: --timeout passed before every job (or drain) finished
 POLL_FIRST, POLL_MAX, POLL_GROWTH = 0.1, 1.0, 1.5  # seconds between looks: 0.1, 0.15, … up to 1
 GONE_LOOKS = 3  # looks that find a job nowhere (a requeue passes through nowhere), with no new record, before "unknown"
 SHOWN_NAMES = 10  # names of failed jobs in a drain's summary line
+FOLLOW_POLL = 0.2  # seconds between looks while a followed output does not grow
 
 
 class Seen(Record):
@@ -411,9 +412,6 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
                     "unfiled": [label(key) for key in waited.unfiled],
                     "jobs": [{**j.to_json(), "name": label(j.name)} for j in waited.jobs]})
     return json.dumps(doc, indent=1)
-
-
-FOLLOW_POLL = 0.2  # seconds between looks while the followed output does not grow
 
 
 def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce: Callable[[str], None]) -> Final:
