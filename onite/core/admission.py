@@ -1,7 +1,6 @@
-"""Admission (pure): when a job's request may start on a host, in strict order or with backfill.
+"""Admission: ``admit``, when a job's request may start on a host, for the driver and for ``onite list``.
 
-``admit`` is the one rule, for the driver (onite.drain.pick) and for why ``onite list`` says a job waits:
-in strict order nothing passes the first job that waits for room (the head); with backfill a later job may
+In strict order nothing passes the first job that waits for room (the head); with backfill a later job may
 start where it cannot delay the head's start, estimated from time limits as Slurm's backfill does.
 """
 
@@ -35,9 +34,8 @@ class Reservation(Record):
 
 
 def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
-    """The head job's reservation: running jobs end, in order of their latest end, until it fits. Where
-    only a job with no time limit could make room, its start is unknown, and what is free now beyond its
-    request is what may run beside it."""
+    """The head job's reservation: running jobs end, by their latest end, until it fits. Where only a job with no
+    time limit could make room, its start is unknown, and what is free now beyond its request may run beside it."""
     free = now = free_room(capacity, running)
     for busy in sorted((b for b in running if b.ends is not None), key=lambda b: b.ends):
         free = free + busy.need
@@ -47,8 +45,7 @@ def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
 
 
 def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservation) -> bool:
-    """May a job (``need``, ending at the latest at ``ends``) start now past the head job? It must fit now,
-    and end before the head's reservation or fit beside it."""
+    """May a job start now past the head job: it fits now, and ends before the head's reservation or fits beside it?"""
     if not need.fits(free):
         return False
     if head.at is not None and ends is not None and ends <= head.at:
@@ -80,8 +77,7 @@ class Room(Record):
     free: Need
 
     def with_started(self, busy: Busy) -> Room:
-        """This room once one more job runs (what is free now, less its request: a queue's worth of jobs
-        started one after another costs as many subtractions, not their square)."""
+        """This room once one more job runs (``free`` less its request: not summed again)."""
         return Room(self.host, self.capacity, (*self.running, busy), self.free - busy.need)
 
 
@@ -114,9 +110,8 @@ class Admission(Record):
 
 def admit(name: str, need: Need, ends: datetime | None, where: Room, head: Head | None, *,
           backfill: bool) -> Admission:
-    """May the ready job ``name`` (asking for ``need``, ending at the latest at ``ends``) start now in
-    ``where``, past ``head`` (None: no job of this pass waits for room yet)? A pass looks at the ready
-    jobs in queue order; the first that does not fit becomes the head."""
+    """May the ready job ``name`` start now in ``where``, past ``head`` (None: none waits for room yet)? A pass
+    looks at ready jobs in queue order; the first that does not fit becomes the head."""
     problem = too_big(need, where.capacity)
     if problem:
         return Admission(Admit.NEVER, f"{problem}: it can never run on host {where.host}", head)

@@ -1,6 +1,4 @@
-"""The words of what onite shows people (durations, times, priorities, outcomes, plain tables), without rich:
-the same in rich tables, plain tables and the HTML report.
-"""
+"""The words of what onite shows (durations, times, priorities, outcomes, plain tables), without rich."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ def priority_label(view: JobView) -> str:
 
 
 def outcome_text(view: JobView) -> str:
-    """Why it ended (or waits), else its exit status; a job running in Slurm, on which nodes (as squeue's
-    NODELIST(REASON) says one or the other)."""
+    """Why it ended (or waits), else its exit status; running in Slurm, its nodes (as squeue's NODELIST(REASON))."""
     if not view.reason and view.state == "running" and view.nodes:
         return f"running in Slurm on {nodes_text(view.nodes)}"
     return view.reason or (f"exit {view.exit_code}" if view.exit_code is not None else "")
@@ -59,7 +56,7 @@ def nodes_text(nodes: str) -> str:
 
 
 def plain_table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
-    """The lines of a table laid out as ``jobs_table`` is (columns two spaces apart), without rich."""
+    """The lines of a table, columns two spaces apart."""
     rows = list(rows)
     widths = [max([len(title)] + [len(row[i]) for row in rows]) for i, (title, _) in enumerate(columns)]
     for row in [[title for title, _ in columns], *rows]:

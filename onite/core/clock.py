@@ -1,8 +1,5 @@
-"""Time, passed in: the one reading of the system's clocks.
-
-``SYSTEM`` is the only reading of the wall and monotonic clocks that decides anything, but for the kernel's
-file timestamps and the lines a job's monitor stamps (a process of its own that imports nothing of
-onite.core: docs/internals.md, "Time"); tests drive a clock of their own (tests/conftest.py).
+"""Time, passed in: ``SYSTEM`` is the one reading of the system's clocks that decides anything
+(docs/internals.md, "Time"); tests drive a clock of their own (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ class Clock:
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
-        """Let ``seconds`` pass."""
         time.sleep(max(seconds, 0.0))
 
 
@@ -34,6 +30,6 @@ SYSTEM = Clock()
 
 
 def set_back_since(recorded: datetime, now: datetime) -> bool:
-    """Was the clock set back since ``recorded`` was written? It is later than ``now``, beyond CLOCK_SLACK: what
-    was done at that time (a fire spooled, a drain handled) must not hold back what comes before it again."""
+    """Was the clock set back since ``recorded`` was written (it is past ``now`` beyond CLOCK_SLACK)? Then what
+    was done at that time must not hold back what comes before it again."""
     return recorded > now + CLOCK_SLACK

@@ -1,6 +1,4 @@
-"""onite.toml → a frozen, validated Config (pure: reading the file is onite.spool.settings').
-
-Keys and defaults: spool-skel/onite.toml, docs/configuration.md. A bad value or an unknown key is an
+"""onite.toml → a frozen, validated Config (keys: docs/configuration.md). A bad value or an unknown key is an
 error naming the key and what to write: a typo never falls back to a default.
 """
 
@@ -103,10 +101,8 @@ DEFAULTS = Config()  # each default is stated once, as its field's
 
 
 def parse_config(text: str, source: str = "onite.toml", skipped: list[ConfigError] | None = None) -> Config:
-    """Parse and validate the text of an onite.toml. Given ``skipped``, a key that is wrong takes its default
-    instead (a table with a fault in it: all of it), and what was wrong goes to ``skipped`` (all defaults where
-    the file is no TOML): what a command that only reads the spool goes on with.
-    Raises ConfigError: bad TOML, an unknown key, or a bad value (without ``skipped``)."""
+    """Parse and validate an onite.toml. Given ``skipped`` (commands that only read), a wrong key or table takes
+    its default and its error goes there. Raises ConfigError: bad TOML, an unknown key, or a bad value."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -125,23 +121,19 @@ def parse_config(text: str, source: str = "onite.toml", skipped: list[ConfigErro
 
 
 def _refused(err: ConfigError, skipped: list[ConfigError] | None) -> Config:
-    """Raise ``err``; given ``skipped``, note it there and return the defaults instead."""
     if skipped is None:
         raise err
     skipped.append(err)
     return DEFAULTS
 
 
-# patterns, compiled (re's own cache) only when a fault is located: every command reads onite.toml, few read a bad one
+# compiled only when a fault is located; each part matches one way only, so a line of spaces is read in linear time
 _BARE_KEY = r"\s*([A-Za-z0-9_.-]+)\s*="
-# each part is matched one way only (no two overlapping runs of spaces): a line of many spaces is read in linear
-# time, where "[" and 4000 spaces took the nested \s* 40 s
 _TABLE_LINE = r"[ \t]*\[([ \t]*[A-Za-z0-9_.-][A-Za-z0-9_. \t-]*)\][ \t]*(#.*)?$"
 
 
 def _assignments(text: str):
-    """(line number, table, key) of each ``key = …`` line with a bare key, and (line number, table, None) of
-    each ``[table]`` line: a plain reading of the lines, only to say where a fault tomllib found is."""
+    """(line number, table, key) of each ``key = …`` line, key None for a ``[table]`` line: to say where a fault is."""
     table, table_line, bare_key = "", re.compile(_TABLE_LINE), re.compile(_BARE_KEY)
     for number, line in enumerate(text.splitlines(), 1):
         header = table_line.match(line)
@@ -153,9 +145,7 @@ def _assignments(text: str):
 
 
 def _set_twice(text: str, source: str) -> ConfigError | None:
-    """A key (or a [table]) set twice, named with both its lines; None where none is found. tomllib says only
-    "Cannot overwrite a value", at "end of document" when the file lacks a last newline: and the shipped
-    onite.toml sets every key, so a key appended to it is set twice."""
+    """A key (or a [table]) set twice, with both its lines (tomllib says only "Cannot overwrite a value"), or None."""
     seen: dict[str, int] = {}
     for number, table, key in _assignments(text):
         name = f"[{table}]" if key is None else f"[{table}] {key}" if table else key
@@ -226,13 +216,12 @@ _TOP_KEYS = frozenset(Config._fields)  # every key of onite.toml is a field of C
 
 
 class _Reader:
-    """Typed access to the parsed TOML: a key left out takes its value from ``defaults`` (a Config,
-    SlurmConfig or HostConfig), and a bad value is a ConfigError."""
+    """Typed access to parsed TOML: a key left out takes its ``defaults``' value; a bad value is a ConfigError."""
 
     def __init__(self, data: dict[str, object], source: str, defaults: object, within: str | None = None,
                  text: str = "") -> None:
         self.data = data
-        self.text = text  # the file's text, to say on which line a key is
+        self.text = text  # to say on which line a key is
         self.source = source
         self.defaults = defaults
         self.within = within  # the top-level key of the table read, if it is one: where its faults are
@@ -247,7 +236,6 @@ class _Reader:
                            self.within or key.split(".")[0])
 
     def _checked(self, key: str, ok, want: str):
-        """The value of ``key`` (its default if left out); a ConfigError saying ``want`` where ``ok`` refuses it."""
         value = self.data.get(key, self._default(key))
         if not ok(value):
             raise self._bad(key, value, want)
@@ -260,8 +248,7 @@ class _Reader:
         return self._checked(key, lambda value: isinstance(value, bool), "true or false")
 
     def _parsed(self, key: str, parse, want: str, unset: tuple = ("",)):
-        """``parse(value)``, or the default where the key is left out or ``unset``; a ConfigError saying
-        ``want`` where ``parse`` refuses it."""
+        """``parse(value)``, or the default where the key is left out or ``unset``."""
         value = self.data.get(key)
         if key not in self.data or (value in unset and not isinstance(value, bool)):  # False == 0: no reserve
             return self._default(key)
@@ -313,8 +300,7 @@ class _Reader:
                              'the name of a file in /etc/pam.d, e.g. "onite"')
 
     def size(self, key: str, *, unset: bool = False) -> int | None:
-        """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB); ``unset``: leaving it out (or "")
-        means none."""
+        """A size in bytes from 1K to 1T; ``unset``: leaving it out (or "") means none."""
         want = 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)'
         size = self._parsed(key, lambda value: parse_size(str(value), what=key), want, ("",) if unset else ())
         if size is not None and not 1 <= size <= MAX_SIZE:
@@ -322,8 +308,8 @@ class _Reader:
         return size
 
     def _table(self, table: str, label: str, entry: object, keys: tuple[str, ...], want: str) -> None:
-        """Raises ConfigError: ``entry``, the table [``table``], is no table (``want``), or holds a key not of
-        ``keys``: a top-level key written below its [table] line is said to be one, with its line."""
+        """Raises ConfigError: ``entry`` is no table, or holds a key not of ``keys`` (a top-level key below a
+        [table] line is named so)."""
         if not isinstance(entry, dict):
             raise self._bad(table, entry, want)
         stray = sorted(set(entry) & (_TOP_KEYS - set(keys)))
@@ -358,7 +344,7 @@ class _Reader:
         return result
 
     def mem(self, key: str, *, zero: bool = False) -> int | None:
-        """A memory size in MiB ("4G", "512M"; a bare number is MiB); ``zero``: 0 is allowed too."""
+        """A memory size in MiB; ``zero``: 0 is allowed too."""
         return self._parsed(key, lambda value: parse_mem(str(value), what=key),
                             'a size such as "4G" or "512M" (a bare number is MiB)', ("", 0, "0") if zero else ("",))
 

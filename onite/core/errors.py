@@ -1,6 +1,4 @@
-"""Errors that onite reports to its users: each builds its one-line message from data and carries its
-exit code (docs/cli.md, EXIT STATUS). onite/__main__.py prints ``onite: <what is wrong> — <what to do>``.
-"""
+"""Errors onite reports to users: a one-line message and an exit code (docs/cli.md, EXIT STATUS)."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ class NotFound(OniteError):
 
 
 class NoTrace(NotFound):
-    """No job of the name is queued, running or kept finished: it never was, or retention pruned its result
-    (the log may still tell how it ended)."""
+    """No job of the name is queued, running or kept finished (retention may have pruned its result)."""
 
 
 class InvalidInput(OniteError):
@@ -47,8 +44,7 @@ class InvalidInput(OniteError):
 
 
 def bad_value(option: str, value: object, expected: str) -> InvalidInput:
-    """The one wording of a bad option value, whatever its parser: the option as typed, the value, and the form
-    expected (``--timeout '5x': expected a duration such as 90s, 45m, 2h``)."""
+    """The one wording of a bad option value: ``--timeout '5x': expected a duration such as 90s``."""
     return InvalidInput(f"{option} {quoted(str(value))}: expected {expected}")
 
 

@@ -1,6 +1,5 @@
-"""Bytes as one line of text and back (pure): how a job file's header holds any environment.
-
-``unescape(escape(b)) == b`` for all bytes, and ``escape`` never writes a newline or a control character.
+"""Bytes as one line of text and back, for a job file's environment: ``unescape(escape(b)) == b``, and
+``escape`` never writes a newline or a control character.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ def _escape_char(ch: str) -> str:
 
 
 def unescape(text: str) -> bytes:
-    """The inverse of ``escape``.
-    Raises JobFormatError: a backslash sequence that ``escape`` never writes."""
+    """The inverse of ``escape``. Raises JobFormatError: a backslash sequence ``escape`` never writes."""
     raw = text.encode("utf-8", "surrogateescape")  # a backslash is never part of a multi-byte character
     return _UNESCAPE.sub(_unescape_one, raw) if b"\\" in raw else raw
 

@@ -1,7 +1,4 @@
-"""A user account as a job runs under it (pure: onite.exec.identity asks the account database).
-
-What a login sets from the passwd entry overrides the job file's environment.
-"""
+"""A user account as a job runs under it (onite.exec.identity asks the account database)."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ class Identity(Record):
     group_names: Callable[[], Iterable[str]] = tuple
 
     def in_group(self, gid: int) -> Identity:
-        """This account with ``gid`` as its group where it is one of its groups now (a job spooled after newgrp
-        or sg: its file has the submitter's group, and at(1) and sbatch keep it too), else as it is."""
+        """With ``gid`` as its group where it is one of its groups (a job spooled after newgrp, as at(1) keeps it)."""
         return self._replace(gid=gid) if gid in self.groups else self
 
     def login_env(self) -> dict[bytes, bytes]:

@@ -1,7 +1,6 @@
-"""A job (pure): the Job and Attempt models, valid by construction, and the limits of every field.
+"""The Job and Attempt models, valid by construction, and the limits of every field.
 
-A Job is the submitter's word: never who owns the job (the file's uid), its place (folder and ctime) or
-whether it is held (a marker). The environment is checked (``env_problem``) where one enters a Job.
+A Job is the submitter's word: never its owner (the file's uid), its place (folder and ctime) or a hold.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class Attempt(Record):
 
     @classmethod
     def from_json(cls, data: object) -> "Attempt":
-        """The attempt ``to_json`` wrote, every field checked.
-        Raises ValueError: not an object, or a field of the wrong type or out of range."""
+        """The attempt ``to_json`` wrote. Raises ValueError: not an object, or a field wrong or out of range."""
         if not isinstance(data, dict):
             raise ValueError("an attempt is not a JSON object")
         return cls(
@@ -55,8 +53,8 @@ class Attempt(Record):
 
 
 class Job(Record):
-    """Everything a job file holds. ``env`` maps bytes to bytes, in the submitter's order. Made, or changed with
-    ``_replace``, only if every field is in its range (docs/spool-format.md); else ValueError, saying which."""
+    """Everything a job file holds. Made or changed (``_replace``) only if every field is in its range
+    (docs/spool-format.md); else ValueError, saying which."""
 
     name: str
     priority: int
@@ -90,7 +88,7 @@ class Job(Record):
 
     @property
     def stderr_mode(self) -> str:
-        """Where its stderr goes, as result records say it: "separate" (stdout/NAME@stderr) or "merged"."""
+        """"separate" (stdout/NAME@stderr) or "merged", as result records say it."""
         return "separate" if self.stderr_separate else "merged"
 
 

@@ -1,7 +1,5 @@
-"""The job file format, version 1 (docs/spool-format.md): encode and decode, pure.
-
-A user writes their own job file and root reads it: for any bytes ``decode`` returns a valid Job or raises
-JobFormatError, and ``decode(encode(job)) == job``.
+"""The job file format (docs/spool-format.md). Users write job files and root reads them: for any bytes
+``decode`` returns a valid Job or raises JobFormatError, and ``decode(encode(job)) == job``.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ from onite.core.values import loads_object, whole_text
 
 FORMAT = 1
 MAGIC = b"onite-job: "
-WATCHED_HEAD = 64 << 10  # the daemon's watch of timed jobs reads a file's at: and pin: lines in this many bytes
-# (onite.spool.watch, one bounded read); onite writes them within the first ~30 KiB, before env:, tried: and unknown lines
+WATCHED_HEAD = 64 << 10  # the daemon's watch (onite.spool.watch) reads at: and pin: lines in this many bytes
 
 
 def env_text(env: dict[bytes, bytes]) -> str:
@@ -30,7 +27,7 @@ def env_text(env: dict[bytes, bytes]) -> str:
 
 
 def encode(job: Job, *, env_lines: str | None = None) -> bytes:
-    """The job file's bytes. ``env_lines``: ``env_text(job.env)``, if the caller has it already."""
+    """The job file's bytes. ``env_lines``: ``env_text(job.env)``, if the caller has it."""
     lines = [
         f"onite-job: {FORMAT}",
         f"name: {job.name}",
@@ -65,9 +62,8 @@ _REQUIRED = ("name", "priority", "submitted", "host", "umask", "cwd")
 
 
 def decode(data: bytes) -> Job:
-    """Parse a job file.
-    Raises JobFormatError: not a job file, a newer format, a damaged header, a value out of its range
-    (docs/spool-format.md), or a ``#!`` line that can never run."""
+    """Parse a job file. Raises JobFormatError: not a job file, a newer format, a damaged header, a value out of
+    its range, or a ``#!`` line that can never run."""
     if not data.startswith(MAGIC):
         raise JobFormatError("not an onite job file (no 'onite-job:' first line)", "spool it with onite submit")
     end = data.find(b"\n\n")
@@ -85,15 +81,13 @@ def decode(data: bytes) -> Job:
 
 
 def waits_for_nothing(data: bytes) -> bool:
-    """True only where ``decode(data)``, if it decodes, waits for no job: a dependency is an ``after:`` line, which
-    never starts the file (MAGIC does). False says nothing: decode it (a text may hold the words too)."""
+    """True only where ``decode(data)`` waits for no job (it has no ``after:`` line); False: decode it to know."""
     return b"\nafter: " not in data
 
 
 def _check_watched(data: bytes, end: int) -> None:
-    """The last ``at:`` and ``pin:`` lines before the env lines must end within WATCHED_HEAD bytes, where the
-    daemon's watch reads them: past it, the watch and the driver would disagree on when and where the job is due.
-    Raises JobFormatError."""
+    """Raises JobFormatError: the last ``at:`` or ``pin:`` line ends past WATCHED_HEAD, where the daemon's watch
+    and the driver would disagree on when and where the job is due."""
     env = data.find(b"\nenv: ", 0, end)
     stop = end if env < 0 else env
     for key in (b"\nat: ", b"\npin: "):
@@ -104,8 +98,7 @@ def _check_watched(data: bytes, end: int) -> None:
 
 
 def _decode_header(text: str, body: bytes) -> Job:
-    """Raises JobFormatError: as decode; ValueError and the like for a value that does not parse or is out of
-    range."""
+    """Raises JobFormatError, or ValueError and the like for a value that does not parse or is out of range."""
     fields: dict[str, str] = {}
     after: list[str] = []
     tried: list[Attempt] = []
@@ -174,8 +167,7 @@ def _request(parse, text: str, what: str) -> int:
         raise ValueError(err.what) from None
 
 
-# The header lines a job file may leave out, in the order encode writes them: key, Job field, how the value
-# is written and how it is read back. A line is written where the field is not its default; "after" repeats.
+# Optional header lines in encode's order: key, Job field, writer, reader; written where not the default.
 _OPTIONAL = (
     ("urgent", "urgent", lambda _: "yes", lambda text: text == "yes"),
     ("timeout", "timeout", _seconds, _timeout),
@@ -195,10 +187,8 @@ _OPTIONAL = (
 
 @lru_cache(maxsize=1)
 def _env_block(block: str) -> dict[bytes, bytes]:
-    """The environment the ``env:`` lines of ``block`` hold: the header's last lines, each of them one (every
-    reader of a job file, the daemon's look at its ``at`` too, stops at the first). The jobs of a batch share
-    their environment, and a driver decodes them one after another: the last block is kept (``decode``
-    copies its environment into each Job).
+    """The environment of ``block``, the header's last lines, each an ``env:`` line. A batch's jobs share one,
+    decoded one after another: the last is kept (``decode`` copies it into each Job).
     Raises JobFormatError: a line that is no env line, a damaged one, or an environment execve cannot take."""
     env: dict[bytes, bytes] = {}
     for line in block.split("\n"):

@@ -1,7 +1,4 @@
-"""A job as the commands show it (pure): one ``JobView`` for list, status, wait and the morning report.
-
-``to_json`` is docs/json.md's document.
-"""
+"""``JobView``: a job as list, status, wait and the report show it; ``to_json`` is docs/json.md's document."""
 
 from __future__ import annotations
 
@@ -63,7 +60,7 @@ _JSON_KEYS = ("name", "user", "uid", "state", "priority", "urgent", "position", 
 
 
 def result_view(result: Result, reader: str | None = None) -> JobView:
-    """A finished job as ``reader`` (None: its owner) reads it: a reason names jobs as they write them."""
+    """A finished job as ``reader`` (None: its owner) reads it."""
     return JobView(
         name=result.name, uid=result.uid, user=result.user, state=str(result.state),
         priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
@@ -75,5 +72,5 @@ def result_view(result: Result, reader: str | None = None) -> JobView:
 
 
 def outcome_counts(views) -> dict[str, int]:
-    """How many of ``views`` (finished jobs) ended done, failed and cancelled: always those three keys."""
+    """How many of ``views`` ended done, failed and cancelled (always those three keys)."""
     return {"done": 0, "failed": 0, "cancelled": 0, **Counter(view.state for view in views)}

@@ -1,8 +1,5 @@
-"""Job and host names: what is allowed, job keys, and how unique names are made (pure).
-
-Each user has their own job names: a job's **key** ``USER:NAME`` is its file name in every spool
-folder, so two users' ``build`` live side by side. Side files are ``KEY@KIND``: no key holds ``@``.
-A command's ``NAME`` means the caller's job, ``USER:NAME`` any user's (``resolve``).
+"""Job and host names, keys and run ids. A job's key ``USER:NAME`` is its file name in every spool folder (side
+files are ``KEY@KIND``); a command's ``NAME`` means the caller's job, ``USER:NAME`` any user's (``resolve``).
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_NAME = 100
 SIDE = "@"  # separates a job name from the kind of a spool side file
 KEY_SEP = ":"  # separates a key's user from its name
-# a user name as useradd and POSIX allow it (no KEY_SEP): portable characters, not led by "-" or "."; a digit
-# may lead (useradd makes 1u and 123)
+# a user name as useradd and POSIX allow it: portable characters, not led by "-" or "." (a digit may lead)
 USER_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
 KEY_PATTERN = re.compile(rf"(?:{USER_PATTERN.pattern}){KEY_SEP}(?:{NAME_PATTERN.pattern})")
 SUFFIX_LEN = 7  # "-" and six characters
@@ -46,8 +42,7 @@ def shown(key: str, reader: str | None) -> str:
 
 
 def resolve(text: str, caller: str, *, what: str = "job name") -> str:
-    """A command's job argument as a key: ``NAME`` is ``caller``'s job, ``USER:NAME`` USER's.
-    Raises InvalidInput: not a name or ``USER:NAME``."""
+    """A command's job argument as a key. Raises InvalidInput: not a name or ``USER:NAME``."""
     user, sep, name = text.rpartition(KEY_SEP)
     check_name(name, what=what)
     if not sep:
@@ -59,7 +54,7 @@ def resolve(text: str, caller: str, *, what: str = "job name") -> str:
 
 
 def job_label(name: str) -> str:
-    """``onite:NAME``: the job's name outside the spool, as its Slurm job name and its script's memfd."""
+    """``onite:NAME``: its Slurm job name and its script's memfd name."""
     return f"onite:{name}"
 
 
@@ -79,8 +74,7 @@ def is_valid_name(name: str) -> bool:
 
 
 def check_name(name: str, *, what: str = "job name") -> str:
-    """Return ``name`` if it is a valid job (or host) name.
-    Raises InvalidInput: with the reason it is not."""
+    """``name``, if it is a valid job (or host) name. Raises InvalidInput: why it is not."""
     if is_valid_name(name):
         return name
     if not name:
@@ -97,14 +91,12 @@ def check_name(name: str, *, what: str = "job name") -> str:
 
 
 def check_base(base: str) -> str:
-    """A prefix for unique names, cut to leave room for the suffix.
-    Raises InvalidInput: the cut prefix is not a valid name."""
+    """A prefix for unique names, cut to leave room for the suffix. Raises InvalidInput: not a valid name."""
     return check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
 
 
 def unique_name(base: str, taken: Callable[[str], bool]) -> str:
-    """``base`` plus a random suffix (``base-k3x9qa``) for which ``taken`` is false.
-    Raises InvalidInput: ``base`` is not a valid name prefix, or no free name was found."""
+    """``base`` plus a random suffix (``base-k3x9qa``) not ``taken``. Raises InvalidInput: a bad base, or none free."""
     stem = check_base(base)
     alphabet = "abcdefghijkmnpqrstuvwxyz23456789"  # 32 letters, no look-alikes (l/1, o/0)
     for _ in range(100):

@@ -1,7 +1,5 @@
-"""Who may do what, and when (pure: users, groups and the clock are arguments).
-
-Spooling closes at ``cutoff`` until ``until`` (else midnight); only root and the ``admins`` (names, or
-``%group``) may have jobs run urgent; a job is its owner's and root's (``own_only = false``: anyone cancels).
+"""Who may do what, and when: spooling closes at ``cutoff`` until ``until`` (else midnight); only root and the
+``admins`` may have jobs run urgent; a job is its owner's and root's (``own_only = false``: anyone cancels).
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ if TYPE_CHECKING:  # an annotation only: list, status, output and cancel need no
 
 
 def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
-    """May ``caller_uid`` act on what ``owner_uid`` owns (hold, release, withdraw, read, restart, remove a
-    template; a hold marker counts only if its owner passes)?"""
+    """May ``caller_uid`` act on what ``owner_uid`` owns?"""
     return caller_uid == 0 or caller_uid == owner_uid
 
 
@@ -47,8 +44,7 @@ def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> Cuto
 
 
 def may_be_urgent(identity: Identity, admins: tuple[str, ...]) -> bool:
-    """May ``identity`` have jobs run urgent: root, a user named in ``admins``, or a member of a ``%group`` named
-    there (its groups are looked up only for that)?"""
+    """Is ``identity`` root, named in ``admins``, or in a ``%group`` named there (only then looked up)?"""
     if identity.uid == 0 or identity.name in admins:
         return True
     groups = {admin[1:] for admin in admins if admin.startswith("%")}

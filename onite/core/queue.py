@@ -1,9 +1,8 @@
-"""Ordering and eligibility: pure functions over what the driver knows of queued jobs.
+"""Queue order and eligibility of queued jobs.
 
-Order: urgent, P1 … Pn, then the kernel's ctime, then the name: nothing a user writes moves a job ahead;
-with ``order = "fair"`` the users take turns within a priority (``fair_order``).
-A queued job waits while held, not yet due, pinned elsewhere or after a pending job, and fails without
-running when a dependency cannot succeed any more.
+Order: urgent, P1 … Pn, then the kernel's ctime, then the name (``order = "fair"``: users take turns within a
+priority): nothing a user writes moves a job ahead. A job waits while held, not due, pinned elsewhere or after
+a pending job, and fails when a dependency cannot succeed any more.
 """
 
 from __future__ import annotations
@@ -67,8 +66,8 @@ READY = Ready()
 
 
 def sort_folder(rows: list, *, ctime: int, name: int) -> None:
-    """Sort the rows of one queue folder into queue order, in place (``ctime``, ``name``: their indexes in a
-    row). Two stable sorts on one key each take a third of the time of one on the pair."""
+    """Sort one queue folder's rows into queue order in place (``ctime``, ``name``: indexes in a row). Two stable
+    sorts on one key each take a third of the time of one on the pair."""
     rows.sort(key=itemgetter(name))
     rows.sort(key=itemgetter(ctime))
 
@@ -91,8 +90,7 @@ def cycle_reason(cycle: Iterable[str], owner: str) -> str:
 
 
 def reason_as_read(reason: str, owner: str, reader: str | None) -> str:
-    """A reason the driver wrote for ``owner``'s job (a dependency's, ``cycle_reason``), which names jobs as
-    ``owner`` writes them, worded for ``reader``: NAME for the reader's own jobs, USER:NAME for another user's
+    """A reason written for ``owner``'s job (naming jobs as ``owner`` writes them) as ``reader`` writes them
     (None: as written)."""
     if reader is None or reader == owner:
         return reason
@@ -112,8 +110,7 @@ def reason_as_read(reason: str, owner: str, reader: str | None) -> str:
 
 def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
              dependency: Callable[[str], DepState], owner: str | None = None) -> Verdict:
-    """May this queued job start now on ``host``? A reason names a dependency as the job's ``owner``
-    writes it: NAME for their own job, USER:NAME for another user's."""
+    """May this queued job start now on ``host``? A reason names a dependency as the job's ``owner`` writes it."""
     if held:
         return Wait("held")
     if meta.pin and meta.pin != host:
@@ -131,9 +128,8 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
 
 
 def dependency_cycle(name: str, after: Iterable[str], after_of: Callable[[str], Iterable[str]]) -> list[str] | None:
-    """The jobs through which job ``name``, waiting for ``after``, would wait for itself (``[name, a, …, name]``,
-    a shortest such), or None. ``after_of(key)``: what queued job ``key`` waits for (nothing if it is not queued,
-    or cannot be read)."""
+    """A shortest ``[name, a, …, name]`` through which job ``name``, waiting for ``after``, waits for itself, or
+    None. ``after_of(key)``: what queued job ``key`` waits for."""
     paths = {dep: [name, dep] for dep in after}
     todo = deque(paths)
     while todo:
@@ -148,9 +144,8 @@ def dependency_cycle(name: str, after: Iterable[str], after_of: Callable[[str], 
 
 
 def cycles(after: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
-    """Each job of ``after`` (its key → the keys it waits for) that waits for itself through the others, with a
-    shortest such cycle (``dependency_cycle``). What can reach no cycle is peeled off first (what waits for no
-    job here, then what waited only for those, …), so a long chain costs no more than its length."""
+    """Each job of ``after`` (key → keys it waits for) on a dependency cycle, with a shortest such cycle. What can
+    reach no cycle is peeled off first, so a long chain costs no more than its length."""
     deps = {key: {dep for dep in waits if dep in after} for key, waits in after.items()}
     waiters: dict[str, list[str]] = {}
     for key, waits in deps.items():
@@ -174,11 +169,9 @@ def cycles(after: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
 
 
 def fair_order(items: Iterable[T], user_of: Callable[[T], str], used: Mapping[str, float]) -> list[T]:
-    """``items`` of one priority, in queue order, in the order ``order = "fair"`` takes them: each time
-    the oldest item of the user with the least running time ``used`` this drain (ties: the user whose
-    next item is older), counting each item taken as one more second of its user's. The driver takes
-    the first that may start, and orders again after each start with the real times; a list shows
-    the whole order as if every job took as long."""
+    """``items`` of one priority, in queue order, as ``order = "fair"`` takes them: each time the oldest item of
+    the user with the least running time ``used`` (ties: the older next item), each item taken counting one more
+    second of its user's. The driver orders again after each start with the real times."""
     queues: dict[str, deque[tuple[int, T]]] = {}
     for position, item in enumerate(items):
         queues.setdefault(user_of(item), deque()).append((position, item))

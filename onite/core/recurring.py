@@ -34,8 +34,7 @@ def rule_fields(rule) -> tuple[tuple[str, str], ...]:
 
 def rule_of(job: Job):
     """The rule a template's header stores.
-    Raises JobFormatError: no rule in it (it is not a template); InvalidInput: the rule is not valid (an edited
-    template)."""
+    Raises JobFormatError: it is no template; InvalidInput: the rule is not valid."""
     fields = {k: v for k, v in job.extra if k in RULE_KEYS}
     if "recur-cron" not in fields and "recur-every" not in fields:
         raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",

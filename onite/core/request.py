@@ -1,7 +1,4 @@
-"""What a submit asks for, and the Job it makes (pure): ``SubmitRequest``, ``Captured``, ``build_job``.
-
-Whatever Job ``build_job`` returns makes a job file the driver reads back as it was written.
-"""
+"""What a submit asks for, and the Job it makes: ``SubmitRequest``, ``Captured``, ``build_job``."""
 
 from __future__ import annotations
 
@@ -42,9 +39,8 @@ class SubmitRequest(Record):
 
     @classmethod
     def of(cls, name: str, body: bytes, options: Mapping[str, object]) -> "SubmitRequest":
-        """The request ``onite submit NAME`` makes with ``options`` (keyed by its fields; None or absent: not
-        given): the one place that turns what the command line, its fast path and onite.api were given into a
-        request. ``after`` may be one name or several.
+        """The request ``onite submit NAME`` makes with ``options`` (its fields; None: not given), for the command
+        line, its fast path and onite.api. ``after``: one name or several.
         Raises TypeError: an option that submit does not have."""
         unknown = set(options) - OPTIONS
         if unknown:
@@ -58,8 +54,8 @@ class SubmitRequest(Record):
         return cls(name=name, body=body, after=(after,) if isinstance(after, str) else tuple(after), **given)
 
     def limits(self, config: Config, now: datetime, user: str) -> dict:
-        """The Job fields its options set, each checked: what ``submit`` checks before it reads the job text, so a
-        bad option is told at once, not after the text. Raises InvalidInput: as ``build_job``, but for the text."""
+        """The Job fields its options set, each checked before the job text is read.
+        Raises InvalidInput: as ``build_job``, but for the text."""
         limits = JobChanges(priority=config.default_priority if self.priority is None else self.priority,
                             retries=self.retries, after=self.after, mem=self.mem, cpus=self.cpus,
                             timeout=self.timeout, at=self.at).parsed(config, now, user)
@@ -90,12 +86,9 @@ class Captured(Record):
 
 
 def build_job(request: SubmitRequest, captured: Captured, config: Config, user: str) -> Job:
-    """The Job a request of ``user``'s describes, named and waiting by keys (``USER:NAME``; ``--after NAME``
-    is ``user``'s job). The spool's defaults (stderr, timeout, mem, cpus) are written into it,
-    so a later change of onite.toml does not change jobs already spooled (as Slurm's DefMemPerNode).
-    Raises InvalidInput: a bad priority, time, duration, retry count, size, CPU count, host, dependency name or
-    notice; ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an
-    environment variable execve cannot pass."""
+    """The Job a request of ``user``'s describes. The spool's defaults (stderr, timeout, mem, cpus) are written
+    into it, so a later change of onite.toml does not change jobs already spooled.
+    Raises InvalidInput: a bad option, a ``#!`` line that can never run, an environment execve cannot pass."""
     limits = request.limits(config, captured.now, user)
     if not request.body:
         raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
@@ -135,8 +128,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
 
 class JobChanges(Record):
     """Submit's options that set a job's priority and limits, as typed (None: not given): what ``restart`` and
-    ``edit`` may change of a spooled job, whose text, environment and directory stay. ``after`` replaces the
-    dependencies; ``("",)`` (``--after ''``) clears them."""
+    ``edit`` may change. ``after`` replaces the dependencies; ``("",)`` (``--after ''``) clears them."""
 
     priority: int | None = None
     retries: int | None = None
@@ -150,9 +142,8 @@ class JobChanges(Record):
         return any(value is not None for value in self)
 
     def parsed(self, config: Config, now: datetime, user: str) -> dict:
-        """The Job fields the options given set, each checked as submit checks it (``--after NAME`` is
-        ``user``'s job). Raises InvalidInput: a bad priority, retry count, dependency, size, CPU count,
-        duration or time."""
+        """The Job fields the options given set, each checked as submit checks it.
+        Raises InvalidInput: a bad value."""
         changed: dict = {}
         if self.priority is not None:
             if not 1 <= self.priority <= config.priorities:
@@ -181,7 +172,7 @@ class JobChanges(Record):
 
     def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
         """``job`` with these changes. Raises InvalidInput: as ``parsed``, fewer retries than a queued retry
-        (attempt N) has had, or a value out of a job's range."""
+        has had, or a value out of a job's range."""
         changed = self.parsed(config, now, user)
         if changed.get("retries", job.attempt - 1) < job.attempt - 1:
             raise InvalidInput(f"job {shown(job.name, user)!r} is queued for its attempt {job.attempt}, a retry: "

@@ -1,8 +1,5 @@
-"""Resource requests (pure): sizes in Slurm's words, what a job asks for, what a host has.
-
-A size is a whole number and K, M, G or T (powers of 1024), a bare number MiB (``parse_size``, the one
-parser). A job that asks for nothing counts for no memory and no CPU. A host's capacity is what its admin
-set, else the machine's (onite.exec.limits) minus a reserve.
+"""Resource requests: sizes in Slurm's words (``parse_size``, the one parser), what a job asks for (nothing:
+no memory and no CPU), what a host has (what its admin set, else the machine's minus a reserve).
 """
 
 from __future__ import annotations
@@ -10,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from onite.core.errors import ConfigError, InvalidInput, bad_value
+from onite.core.errors import ConfigError, bad_value
 from onite.core.record import Record
 
 MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
@@ -21,8 +18,7 @@ _SIZE = re.compile(r"([0-9]{1,16})([KMGT]?)", re.IGNORECASE)
 
 
 def parse_size(text: str, *, what: str) -> int:
-    """A size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in bytes.
-    Raises InvalidInput: not a whole number with an optional K, M, G or T."""
+    """A size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in bytes. Raises InvalidInput."""
     match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise bad_value(what, text, "a whole number and a unit, such as 4G or 512M")
@@ -30,8 +26,7 @@ def parse_size(text: str, *, what: str) -> int:
 
 
 def parse_mem(text: str, *, what: str = "--mem") -> int:
-    """A memory size (``parse_size``) in MiB, kilobytes rounded up to whole MiB as Slurm does.
-    Raises InvalidInput: as parse_size; zero; more than MAX_MEM MiB."""
+    """A memory size in MiB, rounded up as Slurm does. Raises InvalidInput: as parse_size, or not 1 to MAX_MEM."""
     mib = -(-parse_size(text, what=what) // MIB)
     if not 1 <= mib <= MAX_MEM:
         raise bad_value(what, text.strip(), "a size from 1M to 1024T")
@@ -55,8 +50,7 @@ def human_bytes(count: int) -> str:
 
 
 def parse_cpus(value: object, *, what: str = "--cpus") -> int:
-    """A CPU count: a whole number from 1 to MAX_CPUS (leading zeros and blanks around it allowed).
-    Raises InvalidInput: anything else."""
+    """A CPU count from 1 to MAX_CPUS (leading zeros and blanks allowed). Raises InvalidInput."""
     text = str(value).strip()
     digits = text.lstrip("0")
     # never handed to int() when it is too long to be a count
@@ -112,10 +106,8 @@ def request_of(mem: int | None, cpus: int | None) -> Need:
 
 def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, source: str,
                   slots: int = 1) -> Need:
-    """``host``'s capacity under ``config`` (read from ``source``, the file its errors name): its
-    ``[hosts.NAME] mem, cpus``, else ``machine``'s memory and CPUs (None: unknown, unbounded; another machine's
-    host) less the reserve. The one place the driver, submit and status work it out.
-    Raises ConfigError: the reserve leaves nothing of the machine for jobs."""
+    """``host``'s capacity: its ``[hosts.NAME]`` mem and cpus, else ``machine``'s (None: unknown, unbounded) less
+    the reserve. Raises ConfigError naming ``source``: the reserve leaves nothing of the machine for jobs."""
     override = config.hosts.get(host)
     set_mem, set_cpus = (override.mem, override.cpus) if override else (None, None)
     machine_mem, machine_cpus = machine
@@ -135,11 +127,8 @@ def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, 
 
 def never_fits(config, need: Need, hosts: Mapping[str, tuple[int | None, int | None]], *,
                source: str) -> str:
-    """Why no host of ``hosts`` (each name with its machine's memory and CPUs; (None, None) for another
-    machine's host) could ever run a job of ``need`` under ``config``, "" if one could: the one rule of
-    submit, the driver and list.
-    Raises ConfigError: no host fits, and a host's reserve leaves its machine nothing for jobs (the config
-    stops the job, not its request); it names ``source``, the file ``config`` was read from."""
+    """Why no host of ``hosts`` (name → its machine's memory and CPUs) could ever run a job of ``need``, "" if one
+    could. Raises ConfigError: none fits, and a host's reserve leaves it nothing (the config is at fault)."""
     problem, broken, sizes = "no host of the spool can run it", None, {}
     for host, machine in hosts.items():
         try:

@@ -1,7 +1,5 @@
-"""Schedule rules (pure): a cron expression or an interval, checked when the rule is built.
-
-``EveryRule(interval, offset)`` fires at local midnight + offset + k*interval (k = 1, 2, …) up to the next
-midnight. croniter, imported where it is used (start-up), is asked only which dates match, in UTC.
+"""Schedule rules, checked when built: a cron expression, or ``EveryRule(interval, offset)``, firing at local
+midnight + offset + k*interval up to the next midnight. croniter is asked only which dates match, in UTC.
 """
 
 from __future__ import annotations
@@ -18,12 +16,8 @@ from onite.core.timeparse import format_duration, parse_duration
 _DAY = timedelta(days=1)
 _MINUTE = timedelta(minutes=1)
 
-# croniter's default is 50 years, a long search on every call for an expression that cannot match;
-# 10 years still covers the longest gap of a sensible one (29 February, 8 years across 2100)
-MAX_YEARS_BETWEEN_FIRES = 10
-# croniter parses an expression each time it is asked, at a cost that grows with its length (120 KB: 2.8 s of
-# each `onite status`); five fields each listing every value they take fit in 400 characters
-MAX_CRON_LENGTH = 512
+MAX_YEARS_BETWEEN_FIRES = 10  # croniter's 50 is a long search; 29 February's longest gap is 8 years (2100)
+MAX_CRON_LENGTH = 512  # croniter's cost grows with the length; five fields listing every value fit in 400
 
 _FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _FIELD_RANGES = ("0-59", "0-23", "1-31 or L", "1-12 or jan-dec", "0-7 or sun-sat")
@@ -43,7 +37,7 @@ _PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)  # a fixed start keeps v
 
 
 def _shown(text: str) -> str:
-    """What a user typed or wrote, quoted whole (an expression is at most MAX_CRON_LENGTH long)."""
+    """What a user typed or wrote, quoted whole."""
     return quoted(text, 2 * MAX_CRON_LENGTH)
 
 
@@ -58,9 +52,8 @@ class Cron(Record):
 
 @lru_cache(maxsize=256)
 def compile_cron(expr: str) -> Cron:
-    """A user's cron expression, checked: five fields, valid, at most MAX_CRON_LENGTH characters, and firing at
-    least once in 10 years.
-    Raises InvalidInput: it names what is wrong and what to write instead."""
+    """A user's cron expression, checked: five valid fields, at most MAX_CRON_LENGTH characters, firing at least
+    once in MAX_YEARS_BETWEEN_FIRES. Raises InvalidInput: what is wrong and what to write instead."""
     text, fields = _five_fields(expr)
     daily = _daily(text, fields)
     if daily is not None:
@@ -100,8 +93,8 @@ def compile_cron(expr: str) -> Cron:
 
 
 def _five_fields(expr: str) -> tuple[str, list[str]]:
-    """``expr`` with its spacing normalised, and its five fields: the checks that need no croniter.
-    Raises InvalidInput: empty, too long, a shorthand, not five fields, or R."""
+    """``expr`` with its spacing normalised, and its five fields. Raises InvalidInput: the checks croniter is
+    not needed for."""
     text = " ".join(expr.split())
     if not text:
         raise InvalidInput("empty cron expression", _FIVE_FIELDS_HINT)
@@ -128,8 +121,8 @@ def _five_fields(expr: str) -> tuple[str, list[str]]:
 
 
 def _daily(text: str, fields: list[str]) -> Cron | None:
-    """An expression of plain minutes and hours every day (the default schedule's ``0 20 * * *``) compiled as
-    croniter compiles it, without importing croniter (a fifth of ``onite status``); None: any other."""
+    """Plain minutes and hours every day (``0 20 * * *``) compiled without importing croniter (a fifth of
+    ``onite status``); None: any other expression."""
     if fields[2:] != ["*", "*", "*"] or not all(_PLAIN_FIELD.fullmatch(field) for field in fields[:2]):
         return None
     minutes, hours = ({int(v) for v in field.split(",")} if field != "*" else set(range(size))
@@ -141,8 +134,7 @@ def _daily(text: str, fields: list[str]) -> Cron | None:
 
 
 def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | None:
-    """The first date on or after ``day`` (on or before, if backward) that the expression matches, or
-    None if there is none within MAX_YEARS_BETWEEN_FIRES."""
+    """The first date from ``day`` on (back, if backward) that ``cron`` matches; None within the years' limit."""
     if cron.every_day:
         return day
     from croniter import CroniterBadDateError, croniter
@@ -161,8 +153,7 @@ def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | Non
 
 
 class CronRule(Record):
-    """A five-field cron expression, validated (and its spacing normalised) when built.
-    Raises InvalidInput: the expression is not a valid five-field cron expression."""
+    """A five-field cron expression, validated and its spacing normalised. Raises InvalidInput."""
 
     expr: str
 
@@ -203,8 +194,8 @@ Rule = CronRule | EveryRule
 
 
 def parse_rule(*, cron: str | None = None, every: str | None = None, offset: str | None = None) -> Rule:
-    """Build a rule from the user's ``--cron EXPR`` or ``--every DURATION [--offset DURATION]``.
-    Raises InvalidInput: neither or both of cron/every, offset without every, or a bad value."""
+    """The rule of ``--cron EXPR`` or ``--every DURATION [--offset DURATION]``.
+    Raises InvalidInput: neither or both, offset without every, or a bad value."""
     if cron is not None and every is not None:
         raise InvalidInput(f"both --cron {_shown(cron)} and --every {_shown(every)} given",
                            "give one of them: --cron '0 20 * * *' or --every 25m [--offset 2m]")

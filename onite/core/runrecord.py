@@ -1,10 +1,8 @@
-"""The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model, pure.
+"""The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model.
 
-JSON lines, each one O_APPEND write(2): the driver's first line, then the monitor's (``monitor`` before
-the fork, ``job``, ``exited`` once its leader exited, ``ended`` or ``failed``), a ``stop`` line before the
-end of a run onite stopped (its monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's
-``submitted`` and ``slurm`` (its job's state, reason, start and nodes in Slurm, each time they change: the last one
-counts); a partial last line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
+JSON lines, each one O_APPEND write: the driver's first line, then the monitor's (``monitor``, ``job``, ``exited``,
+``ended`` or ``failed``), a ``stop`` line, or Slurm's ``submitted`` and ``slurm`` (the last one counts). The
+monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
 from __future__ import annotations
@@ -54,8 +52,7 @@ class RunRecord(Record):
         return self.status is not None or self.failed is not None
 
     def kept(self) -> RunRecord:
-        """A record whose monitor died ending what its job left, after its leader's ``exited``, before ``ended``:
-        as if it had ended with that status (its usage unknown)."""
+        """A record whose monitor died between ``exited`` and ``ended``, as if it had ended with that status."""
         if self.ended or self.exited is None:
             return self
         return self._replace(status=self.exited, ended_at=self.exited_at, usage=None)
@@ -64,8 +61,7 @@ class RunRecord(Record):
         return self.info.get(key, default)
 
     def outcome(self, need: Need | None) -> Outcome | None:
-        """How the run ended, as recorded (None: no end is recorded); ``need``: what it asked for (a job
-        the kernel killed for its memory is out of memory)."""
+        """How the run ended, as recorded (None: no end is); ``need``: what it asked for (see memory_outcome)."""
         if self.status is not None:
             ended = memory_outcome(outcome_from_status(self.status), self.usage, need)
         elif self.failed is not None:
@@ -81,8 +77,7 @@ class RunRecord(Record):
         return admitted_need(self.info)
 
     def latest_end(self) -> datetime | None:
-        """When the run has ended at the latest: its ``deadline`` and ``kill_grace`` (None: no time limit,
-        or a record that does not say)."""
+        """Its ``deadline`` plus ``kill_grace`` (None: no time limit, or a record that does not say)."""
         deadline, grace = self.info.get("deadline"), self.info.get("kill_grace")
         if not isinstance(deadline, str) or isinstance(grace, bool) or not isinstance(grace, (int, float)) \
                 or not 0 <= grace <= MAX_GRACE:
@@ -95,8 +90,8 @@ class RunRecord(Record):
 
 
 def admitted_need(info: dict) -> Need:
-    """The request a run was admitted with, as the driver's first line says (``mem`` MiB, ``cpus``; 0 for what
-    it does not say): what it holds while it runs, whatever its job file, which its owner may rewrite, says."""
+    """The request a run was admitted with, as the driver's first line says (0 for what it does not say): what it
+    holds while it runs, whatever its job file, which its owner may rewrite, says."""
     return Need(*(value if (value := _int(info.get(key))) is not None and 0 <= value <= high else 0
                   for key, high in (("mem", MAX_MEM), ("cpus", MAX_CPUS))))
 
@@ -112,9 +107,9 @@ def line(data: dict) -> bytes:
 
 
 def parse(data: bytes) -> RunRecord | None:
-    """The record ``data`` holds; None if its first line is not the driver's. A partial last line (being
-    written) is skipped, a line cut short by a full disk yields to the whole one written after it (each starts
-    ``{"event":``, which no JSON string holds unescaped), and a damaged one marks the record ``damaged``."""
+    """The record ``data`` holds; None if its first line is not the driver's. A partial last line is skipped, a
+    line cut short by a full disk yields to the one after it (each starts ``{"event":``, which no JSON string holds
+    unescaped), and a damaged one marks the record ``damaged``."""
     if not data.endswith(b"\n") and b"\n" in data:
         data = data[: data.rindex(b"\n") + 1]
     lines = data.split(b"\n")

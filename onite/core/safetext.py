@@ -1,7 +1,5 @@
-"""Text from users, made safe to show on a terminal or in the log (pure).
-
-``printable`` spells every character a terminal would act on, or a log reader break a line at, as an
-escape (``\\n``, ``\\e``, ``\\xHH``): what is shown is what was there, and inert.
+"""Text from users made safe for a terminal or the log: ``printable`` spells every character a terminal would
+act on, or a reader break a line at, as an escape (``\\n``, ``\\e``, ``\\xHH``).
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ def phrase(text: str) -> str:
 
 
 def quoted(text: str, limit: int = 40) -> str:
-    """``text`` in single quotes, as a message quotes what a user typed or wrote: ``printable`` (a byte that is not
-    UTF-8 is ``\\xff`` here as everywhere, never repr's ``\\udcff``), cut to ``limit`` characters with ``...``."""
+    """``text`` in single quotes, ``printable``, cut to ``limit`` characters with ``...``: how messages quote users."""
     return "'" + printable(text if len(text) <= limit else text[:limit - 3] + "...") + "'"
 
 

@@ -1,8 +1,5 @@
-"""Fire times for the drain schedule and for recurring jobs (pure: time is an argument).
-
-Fire times come back strictly increasing, never duplicated, under docs/scheduling.md's DST policy, in
-the zone of the time they follow: a ZoneInfo with its rules, the fixed offset of
-``datetime.now().astimezone()`` as the machine's zone (TZ), any other offset literally.
+"""Fire times of the drain schedule and of recurring jobs, strictly increasing, under docs/scheduling.md's DST
+policy, in the zone of the time they follow (the machine's local offset as the machine's zone, TZ).
 """
 
 from __future__ import annotations
@@ -34,10 +31,9 @@ def zone_of(at: datetime, name: str) -> Zone:
 
 
 def _day_fires(rule: Rule, cron: Cron | None, day: date, zone: Zone) -> list[datetime]:
-    """The fire instants (UTC, sorted, unique) that belong to the local date ``day``. An interval's
-    times are clock times as a cron rule's are: ``offset + k × interval`` for k = 1, 2 … up to 24:00,
-    the next midnight (so ``--every 1d`` fires once a night on a day of 23 or 25 hours too); one of
-    at most an hour is periodic, as an hourly cron rule is, and so counts real time."""
+    """The fire instants (UTC, sorted, unique) of the local date ``day``. An interval's are clock times
+    ``offset + k × interval`` up to the next midnight (``--every 1d`` fires once on a 23- or 25-hour day too);
+    one of at most an hour is periodic, as an hourly cron rule is, and counts real time."""
     start, end = zone.midnight(day), zone.midnight(day + _DAY)
     if cron is None:
         walls = [rule.offset + k * rule.interval for k in range(1, (_DAY - rule.offset) // rule.interval + 1)]
@@ -69,9 +65,8 @@ def _compiled(rule: Rule) -> Cron | None:
 
 
 def fires_after(rule: Rule, after: datetime, name: str = "after") -> Iterator[datetime]:
-    """Fire times strictly after ``after``, increasing, in ``after``'s zone, all before timeparse.LATEST.
-    Raises ValueError: ``after`` is naive; InvalidInput: a cron rule stops firing (a gap longer than
-    MAX_YEARS_BETWEEN_FIRES), or the next fire time would be at or after LATEST."""
+    """Fire times strictly after ``after``, in its zone. Raises ValueError: ``after`` is naive; InvalidInput: a
+    cron rule stops firing, or the next fire time would be at or after LATEST."""
     zone = zone_of(after, name)
     cron = _compiled(rule)
     last = after.astimezone(timezone.utc)
@@ -86,8 +81,7 @@ def fires_after(rule: Rule, after: datetime, name: str = "after") -> Iterator[da
                                    "check its day-of-month, month and day-of-week fields")
             day = matching
         fires = _day_fires(rule, cron, day, zone)
-        # skipping up to the last fire keeps the sequence increasing where a jump at midnight gives
-        # two dates one instant
+        # skipping up to the last fire: a jump at midnight may give two dates one instant
         for at in fires[bisect_right(fires, last):]:
             if at >= LATEST:
                 _past_latest(rule, last)
@@ -103,28 +97,24 @@ def _past_latest(rule: Rule, last: datetime) -> None:
 
 
 def next_fire(rule: Rule, after: datetime) -> datetime:
-    """The first fire time strictly after ``after``, in ``after``'s zone.
-    Raises ValueError: ``after`` is naive; InvalidInput: as fires_after."""
+    """The first fire time strictly after ``after``. Raises as fires_after."""
     return next(fires_after(rule, after))
 
 
 def fire_times(rule: Rule, start: datetime, count: int) -> list[datetime]:
-    """The next ``count`` fire times strictly after ``start``, for previews.
-    Raises ValueError: ``start`` is naive; InvalidInput: as fires_after."""
+    """The next ``count`` fire times strictly after ``start``. Raises as fires_after."""
     fires = fires_after(rule, start, "start")
     return [next(fires) for _ in range(count)]
 
 
 def next_drain(schedule: Sequence[str], after: datetime) -> datetime | None:
-    """The earliest next fire over the drain schedule's cron expressions; None if it is empty.
-    Raises ValueError: ``after`` is naive; InvalidInput: an expression is not valid."""
+    """The earliest next fire of the drain schedule; None if it is empty. Raises as last_fire."""
     zone_of(after, "after")
     return min((next_fire(CronRule(expr), after) for expr in validate_schedule(tuple(schedule))), default=None)
 
 
 def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *, since: datetime) -> datetime | None:
-    """The latest fire time in ``(since, at_or_before]``, or None: however many fires were missed, a
-    driver catches up once (APScheduler's "coalesce").
+    """The latest fire time in ``(since, at_or_before]``, or None: missed fires are caught up once.
     Raises ValueError: a naive datetime; InvalidInput: a schedule expression is not valid."""
     zone = zone_of(at_or_before, "at_or_before")
     zone_of(since, "since")
@@ -161,8 +151,7 @@ def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: Zone) 
 
 @lru_cache(maxsize=8)
 def validate_schedule(schedule: tuple[str, ...]) -> tuple[str, ...]:
-    """``schedule`` of onite.toml, every expression checked (once per distinct schedule).
-    Raises InvalidInput: an expression is not valid cron; the message names onite.toml's key."""
+    """onite.toml's ``schedule``, every expression checked. Raises InvalidInput, naming the key."""
     for expr in schedule:
         try:
             compile_cron(expr)

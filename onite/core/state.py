@@ -1,7 +1,6 @@
-"""The job state machine and the result record (pure).
+"""The job state machine, how a run ended (``Outcome``, ``Stop``) and the result record.
 
-A job's state is where its file is (docs/spool-format.md); every change is one rename(2), checked
-first against the edges of ``_ALLOWED`` (onite.spool.files.change_state); done, failed and cancelled are final.
+A job's state is the folder its file is in; every change is one rename(2), checked against ``_ALLOWED`` first.
 """
 
 from __future__ import annotations
@@ -70,12 +69,12 @@ class Outcome(Record):
         return JobState.DONE if self.ok else JobState.FAILED
 
     def retried(self, attempt: int, retries: int) -> bool:
-        """Is a run that ended so, attempt ``attempt`` of a job allowed ``retries``, spooled again (rather than
-        filed)? A failure of the job's own, or of the machinery that may pass, while retries are left."""
+        """Is a run that ended so spooled again rather than filed? A failure of the job's own, or of the machinery
+        that may pass, while retries are left."""
         return self.state is JobState.FAILED and (not self.reason or self.retryable) and attempt <= retries
 
     def describe(self) -> str:
-        """The reason shown in lists and reports: ``exit 3``, ``timeout``, ``signal 9 (SIGKILL)``."""
+        """``exit 3``, ``timeout``, ``signal 9 (SIGKILL)``: the reason lists and reports show."""
         if self.cancelled_by is not None:
             return f"cancelled by {self.cancelled_by}"
         if self.timed_out:
@@ -117,8 +116,7 @@ OUT_OF_MEMORY = "out of memory"  # how the reason of a run the kernel killed for
 
 
 def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | None) -> Outcome | None:
-    """How an attempt that onite stopped (``stopping``: why) is recorded, keeping the exit code or signal it
-    ended with; None if onite did not stop it."""
+    """How an attempt onite stopped (``stopping``: why) is recorded, its exit code or signal kept; None: not stopped."""
     why = {Stop.TIMEOUT: {"timed_out": True}, Stop.CANCEL: {"cancelled_by": cancelled_by or "?"},
            Stop.SHUTDOWN: {"reason": HARD_STOPPED},
            Stop.OUTPUT: {"reason": OUTPUT_STOPPED},
@@ -166,9 +164,7 @@ class Result(Record):
 
     @classmethod
     def from_json(cls, data: object) -> "Result":
-        """The record ``to_json`` wrote, every field checked.
-        Raises DamagedRecord: not an object, a field missing or of the wrong type, a value out of range (a naive or
-        absurd time, an int past 32 bits, a name that is no job's)."""
+        """The record ``to_json`` wrote. Raises DamagedRecord: not an object, or a field missing or out of range."""
         try:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
@@ -229,7 +225,7 @@ _RESULT_KEYS = ("name", "uid", "user", "priority", "urgent", "state", "reason", 
 
 
 def json_fields(record: object, keys: tuple[str, ...]) -> dict:
-    """The attributes of ``record`` named ``keys``; its times (submitted, queued, started, finished) in ISO 8601."""
+    """The attributes of ``record`` named ``keys``, times in ISO 8601."""
     data = {key: getattr(record, key) for key in keys}
     for key in ("submitted", "queued", "started", "finished"):
         value = data.get(key)
@@ -241,11 +237,8 @@ def json_fields(record: object, keys: tuple[str, ...]) -> dict:
 def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str, host: str, now: datetime,
                  job: Job | None = None, priority: int = 0, urgent: bool = False, submitted: datetime | None = None,
                  started: datetime | None = None, run_id: str = "") -> Result:
-    """The result record of a job no run of which was seen to end (refused, failed or cancelled before it
-    started, or failed by recovery), finished ``now``. ``job``, its job file if it could be read, gives its
-    priority, submit time, the attempts that ran before (a retry stopped while it waited: its first start is the
-    job's), template and stderr; else ``priority`` and ``submitted`` (or ``now``).
-    """
+    """The result of a job no run of which was seen to end, finished ``now``. ``job``, its file if it could be
+    read, gives priority, submit time, earlier attempts (the first one's start is the job's), template and stderr."""
     if job is not None:
         priority, submitted = job.priority, job.submitted
         if started is None and job.tried:
@@ -257,9 +250,8 @@ def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str
 
 
 def memory_outcome(ended: Outcome, usage: dict | None, need: Need | None) -> Outcome:
-    """``ended``, or, if the kernel killed one of the job's processes for its memory limit, an out-of-memory
-    outcome saying what it asked for and its peak: failed even if its leader exited 0 (a script that did not
-    check the children the kernel killed did not do its work), as Slurm's OUT_OF_MEMORY is."""
+    """``ended``, or out of memory if the kernel killed a process of the job for its limit: failed even if its
+    leader exited 0 (its killed children did not do their work), as Slurm's OUT_OF_MEMORY is."""
     used = usage or {}
     oom = used.get("oom")
     if not isinstance(oom, int) or oom < 1 or need is None or not need.mem:

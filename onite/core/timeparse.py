@@ -1,7 +1,5 @@
-"""Durations, clock times and dates as users type them (pure: the clock is an argument).
-
-Every value is bounded so that no date arithmetic overflows: a duration is in (0, MAX_DURATION], a time
-aware and in [EARLIEST, LATEST).
+"""Durations, clock times and dates as users type them, bounded so that no date arithmetic overflows: a
+duration is in (0, MAX_DURATION], a time aware and in [EARLIEST, LATEST).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([dhms])")
 
 def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or a bare number of seconds.
-    Raises InvalidInput: the text is not a duration longer than zero and at most MAX_DURATION."""
+    Raises InvalidInput: not a duration in (0, MAX_DURATION]."""
     raw = text.strip().lower()
     if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", raw):
         raw += "s"
@@ -56,8 +54,7 @@ _ROUND_LIMITS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200
 
 
 def longer_limit(seconds: float) -> timedelta:
-    """Twice ``seconds``, rounded up to a limit a person would write (10s, 5m, 2h, 1d …), at most MAX_DURATION:
-    what to give a job that timed out after ``seconds``."""
+    """What to give a job that timed out after ``seconds``: twice that, rounded up to a limit a person would write."""
     want = 2 * max(seconds, 1.0)
     limit = next((step for step in _ROUND_LIMITS if step >= want), 86400 * math.ceil(want / 86400))
     return min(timedelta(seconds=limit), MAX_DURATION)
@@ -77,15 +74,12 @@ def format_duration(delta: timedelta) -> str:
 
 
 def clock_text(when: datetime) -> str:
-    """``05:00``, or ``04:55:55`` for a time within a minute (``--at +90s``): the minute alone would read as
-    passed while the job still waits for its second."""
+    """``05:00``, or ``04:55:55`` where the seconds count (``--at +90s``)."""
     return f"{when:%H:%M:%S}" if when.second or when.microsecond else f"{when:%H:%M}"
 
 
 def parse_stamp(text: object) -> datetime | None:
-    """A time onite wrote in ISO 8601, or None if absent, unreadable, naive or out of bounds: one bad
-    field of a half-written or damaged file must not stop a listing.
-    """
+    """A time onite wrote in ISO 8601, or None if absent, unreadable, naive or out of bounds."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -96,8 +90,7 @@ def parse_stamp(text: object) -> datetime | None:
 
 
 def parse_clock(text: str, *, what: str = "time") -> time:
-    """Parse a wall-clock time ``HH:MM`` (24-hour), or ``HH:MM:SS``.
-    Raises InvalidInput: not a valid time of day."""
+    """Parse a wall-clock time ``HH:MM`` (24-hour) or ``HH:MM:SS``. Raises InvalidInput."""
     match = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", text.strip())
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
         raise bad_value(what, text, "a time of day as HH:MM, e.g. 07:00")
@@ -105,10 +98,8 @@ def parse_clock(text: str, *, what: str = "time") -> time:
 
 
 def parse_when(text: str, now: datetime, *, what: str = "--at") -> datetime:
-    """A not-before time: ``now``, ``HH:MM`` (the next such time after ``now``), an ISO date-time
-    (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h`` (a duration from
-    now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
-    Raises InvalidInput: none of those forms, or a time not between the years 1900 and 9998."""
+    """A not-before time: ``now``, ``HH:MM`` (the next such time), an ISO date-time (local unless it has an
+    offset), ``+2h`` or ``tomorrow HH:MM``. Raises InvalidInput: none of those, or out of bounds."""
     raw = text.strip()
     if raw.lower() == "now":  # a timed job that is due at once: a daemon runs it when it next looks
         return now
@@ -156,9 +147,8 @@ class Zone(Record):
         return wall.replace(tzinfo=self.tz, fold=fold).astimezone(timezone.utc)
 
     def clock_instant(self, wall: datetime) -> datetime:
-        """The instant a naive wall-clock reading names, under onite's DST policy (cronie's): a time the
-        clocks repeat is its first pass, one they skip the first instant after the jump. The one DST
-        resolver: ``parse_when``, the cutoff and onite.core.schedule use it."""
+        """The instant a naive wall-clock reading names under onite's DST policy (cronie's): a repeated time is
+        its first pass, a skipped one the first instant after the jump. The one DST resolver."""
         first = self.instant(wall, 0)
         if self.wall(first) == wall:
             return first
@@ -182,8 +172,7 @@ MACHINE = Zone(None)
 
 
 def local_time(naive: datetime, now: datetime) -> datetime:
-    """A naive wall-clock time in the machine's zone (TZ) as an aware datetime, under ``Zone.clock_instant``'s
-    DST policy (``now`` only says whether to be aware)."""
+    """A naive wall-clock time in the machine's zone as ``Zone.clock_instant`` resolves it (naive if ``now`` is)."""
     if now.tzinfo is None:
         return naive
     return MACHINE.clock_instant(naive).astimezone()

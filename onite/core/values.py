@@ -1,6 +1,4 @@
-"""Values read back from JSON records, checked (pure).
-
-Records may be torn, damaged or (a job file's ``tried:`` line) written by a user: each reader returns the
+"""Values read back from JSON records, which may be torn, damaged or written by a user: each reader returns a
 value of the right type and range, ``default`` when the key is absent, or raises ValueError naming the field.
 """
 
@@ -15,8 +13,7 @@ _MISSING = object()
 
 
 def loads_object(raw: bytes | str) -> dict:
-    """The JSON object ``raw`` holds.
-    Raises ValueError: not JSON, nested too deeply, or not an object."""
+    """The JSON object ``raw`` holds. Raises ValueError: not JSON, nested too deeply, or not an object."""
     import json
 
     try:
@@ -37,10 +34,8 @@ _DIGITS = {10: re.compile(r"[0-9]{1,30}"), 8: re.compile(r"[0-7]{1,30}")}  # ASC
 
 
 def whole_text(text: str, what: str, *, base: int = 10) -> int:
-    """``text``, a whole number as onite writes one in a file (``base`` 8: octal), and nothing else: ASCII digits,
-    no sign, blank, ``_`` or prefix. int() alone also takes '\\u0663' and '\\uff13' (3), '+3', ' 3 ', '1_0' and, in
-    base 8, '0o17': numbers a shell or ``grep '^priority: [0-9]'`` reads otherwise, or not at all.
-    Raises ValueError naming ``what``."""
+    """``text``, a whole number as onite writes one: ASCII digits only (int() also takes '+3', ' 3 ', '1_0', '0o17'
+    and other scripts' digits, which a shell reads otherwise). Raises ValueError naming ``what``."""
     if not isinstance(text, str) or _DIGITS[base].fullmatch(text) is None:
         kind = "an octal number" if base == 8 else "a whole number"
         raise ValueError(f"{what} {_short(text)} is not {kind} (digits 0 to {base - 1} only)")
@@ -63,7 +58,7 @@ def integer(data: dict, key: str, low: int, high: int, default: object = _MISSIN
 
 
 def optional_integer(data: dict, key: str, low: int, high: int) -> int | None:
-    """``data[key]`` as ``integer`` reads it, or None if it is absent or null."""
+    """``data[key]`` as ``integer`` reads it, or None if absent or null."""
     return None if data.get(key) is None else integer(data, key, low, high)
 
 
@@ -89,7 +84,7 @@ def boolean(data: dict, key: str, default: object = _MISSING) -> bool:
 
 
 def time(data: dict, key: str) -> datetime:
-    """``data[key]``, an ISO 8601 time with its UTC offset, in onite's bounds (timeparse.is_valid_time)."""
+    """``data[key]``, an ISO 8601 time with its UTC offset, in onite's bounds."""
     value = _get(data, key, _MISSING)
     when = parse_stamp(value)
     if when is None:

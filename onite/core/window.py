@@ -1,7 +1,5 @@
-"""Night windows: when a scheduled drain may still run (pure: the clock is an argument).
-
-A schedule time opens a window closing at the first ``until`` after it (never, without ``until``); a
-drain that would start after its window closed is a missed night, skipped (docs/scheduling.md).
+"""Night windows: a schedule time opens one, closing at the first ``until`` after it; a drain that would
+start after its window closed is a missed night, skipped (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -27,15 +25,13 @@ class Window(Record):
 
 
 def window_of(fire: datetime, until: time | None) -> Window:
-    """The window a schedule time opens, closing where a driver started then stops starting jobs
-    (``policy.window_end``: the first ``until`` at or after it)."""
+    """The window the schedule time ``fire`` opens."""
     return Window(fire, window_end(fire, until))
 
 
 def scheduled_window(schedule: Sequence[str], until: time | None, now: datetime, *,
                      since: datetime | None = None) -> Window | None:
-    """The window, perhaps closed, of the latest schedule time in (``since``, ``now``] (``since``: LOOKBACK
-    before ``now``), or None if there is none.
+    """The window, perhaps closed, of the latest schedule time in (``since``, ``now``], or None.
     Raises InvalidInput: a schedule expression is not valid."""
     fire = last_fire(schedule, now, since=now - LOOKBACK if since is None else since)
     return window_of(fire, until) if fire is not None else None
@@ -51,9 +47,8 @@ class Plan(Record):
 
 
 def plan(schedule: Sequence[str], until: time | None, last: datetime, now: datetime) -> Plan:
-    """Is a scheduled drain due at ``now``, every schedule time up to ``last`` handled? Missed times are
-    coalesced: only the latest counts, and only while its window is open.
-    Raises InvalidInput: a schedule expression is not valid."""
+    """Is a scheduled drain due at ``now``, every time up to ``last`` handled? Of missed times only the latest
+    counts, while its window is open. Raises InvalidInput: a schedule expression is not valid."""
     upcoming = next_drain(schedule, last)
     if upcoming is None or upcoming > now:
         return Plan(None, None, None, upcoming)
