@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import REPO, drain, log_lines, needs_root, result, run_cli, set_config, wait_for
-from onite.core.window import plan, scheduled_window, window_of
+from onite.core.schedule import plan, scheduled_window, window_of
 
 HOST = os.uname().nodename.split(".")[0]
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -546,7 +546,7 @@ def test_run_scheduled_inside_the_window_drains(spool):
     assert result(spool, "runs")["state"] == "done"
 
 
-# ---- the pure policy (onite.core.window) ---------------------------------------------------------------
+# ---- the pure policy (onite.core.schedule) ---------------------------------------------------------------
 
 
 def at(text: str) -> datetime:

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from onite.core.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
-from onite.core.job import MAX_RETRIES, Attempt, Job, env_problem
-from onite.core.jobfile import decode, encode
+from onite.core.job import MAX_RETRIES, Attempt, Job
+from onite.core.jobfile import decode, encode, env_problem
 from onite.core.names import is_valid_key
 from onite.core.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
 

@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from onite.core.errors import JobFormatError
-from onite.core.escaping import escape, unescape
 from onite.core.job import Attempt, Job
-from onite.core.jobfile import decode, encode
+from onite.core.jobfile import decode, encode, escape, unescape
 
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
 

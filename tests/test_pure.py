@@ -440,7 +440,7 @@ def test_report_since_refuses_the_future_and_nonsense(text):
 ])
 def test_the_drivers_window_end_follows_the_dst_policy_of_the_schedule(berlin_tz, start, until, closes):
     from onite.core.policy import window_end
-    from onite.core.window import window_of
+    from onite.core.schedule import window_of
 
     begin = datetime.fromisoformat(start).astimezone()
     assert window_end(begin, until).isoformat() == closes

@@ -17,8 +17,7 @@ from datetime import datetime, time as dtime, timedelta
 from onite.core import values
 from onite.core.clock import SYSTEM, set_back_since
 from onite.core.errors import InvalidInput, OniteError, Refused
-from onite.core.schedule import last_fire, next_drain, validate_schedule
-from onite.core.window import plan
+from onite.core.schedule import last_fire, next_drain, plan, validate_schedule
 from onite.drain import heartbeat as hb
 from onite.drain.driver import Driver, check_capacity, take_host_lock
 from onite.drain.heartbeat import BeatState, Heartbeat, Role

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES, NOTIFY_HOW, NOTIFY_ON
-from onite.core.escaping import escape
 from onite.core.names import is_valid_key, is_valid_name
 from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, MAX_MEM
@@ -161,16 +160,6 @@ def shebang_problem(body: bytes) -> str:
         return "its #! line holds a NUL byte, which no interpreter path or argument can hold"
     if len(line) > MAX_SHEBANG:
         return f"its #! line is {len(line)} bytes long, more than the {MAX_SHEBANG} bytes an interpreter line may have"
-    return ""
-
-
-def env_problem(env: dict[bytes, bytes]) -> str:
-    """Why ``env`` cannot be handed to execve ("" if it can)."""
-    for name, value in env.items():
-        if not name or b"=" in name or b"\0" in name:
-            return f"environment variable name {escape(name)[:40]!r} is empty or holds '=' or a NUL byte"
-        if b"\0" in value:
-            return f"the value of environment variable {escape(name)[:40]!r} holds a NUL byte"
     return ""
 
 

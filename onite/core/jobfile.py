@@ -1,5 +1,6 @@
 """The job file format (docs/spool-format.md). Users write job files and root reads them: for any bytes
-``decode`` returns a valid Job or raises JobFormatError, and ``decode(encode(job)) == job``.
+``decode`` returns a valid Job or raises JobFormatError, and ``decode(encode(job)) == job``. Its environment is
+bytes as one line of text each: ``unescape(escape(b)) == b``, and ``escape`` writes no control character.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from onite.core.errors import InvalidInput, JobFormatError
-from onite.core.escaping import escape, unescape
-from onite.core.job import HEADER_KEYS, Attempt, Job, env_problem
+from onite.core.job import HEADER_KEYS, Attempt, Job
 from onite.core.resources import format_mem, parse_cpus, parse_mem
 from onite.core.timeparse import MAX_DURATION
 from onite.core.values import loads_object, whole_text
@@ -19,6 +19,56 @@ from onite.core.values import loads_object, whole_text
 FORMAT = 1
 MAGIC = b"onite-job: "
 WATCHED_HEAD = 64 << 10  # the daemon's watch (onite.spool.watch) reads at: and pin: lines in this many bytes
+_NAMED = {0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x1B: "\\e"}
+_PLAIN = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")  # printable ASCII but the backslash
+_UNESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{2}|.)", re.DOTALL)
+_UNNAMED = {b"\\": b"\\", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"e": b"\x1b"}
+
+
+def escape(raw: bytes) -> str:
+    """Bytes → one line of UTF-8 text that ``unescape`` turns back into the same bytes."""
+    if _PLAIN.fullmatch(raw):
+        return raw.decode("ascii")
+    return "".join(map(_escape_char, raw.decode("utf-8", "surrogateescape")))
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    if code in _NAMED:
+        return _NAMED[code]
+    if code < 0x20 or code == 0x7F:
+        return "\\x%02x" % code
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, smuggled by surrogateescape
+        return "\\x%02x" % (code - 0xDC00)
+    if 0x80 <= code < 0xA0:  # C1 controls: a terminal would act on them, so spell their bytes
+        return "".join("\\x%02x" % b for b in ch.encode())
+    return ch
+
+
+def unescape(text: str) -> bytes:
+    """The inverse of ``escape``. Raises JobFormatError: a backslash sequence ``escape`` never writes."""
+    raw = text.encode("utf-8", "surrogateescape")  # a backslash is never part of a multi-byte character
+    return _UNESCAPE.sub(_unescape_one, raw) if b"\\" in raw else raw
+
+
+def _unescape_one(match: re.Match) -> bytes:
+    code = match.group(1)
+    if len(code) == 3 and code.startswith(b"x"):
+        return bytes([int(code[1:], 16)])
+    if code in _UNNAMED:
+        return _UNNAMED[code]
+    shown = match.string[match.start():match.start() + 5].decode("utf-8", "surrogateescape")[:2]  # "\\" and a character
+    raise JobFormatError(f"bad escape '{shown}' in a job file header", "the job file is damaged; spool it again")
+
+
+def env_problem(env: dict[bytes, bytes]) -> str:
+    """Why ``env`` cannot be handed to execve ("" if it can)."""
+    for name, value in env.items():
+        if not name or b"=" in name or b"\0" in name:
+            return f"environment variable name {escape(name)[:40]!r} is empty or holds '=' or a NUL byte"
+        if b"\0" in value:
+            return f"the value of environment variable {escape(name)[:40]!r} holds a NUL byte"
+    return ""
 
 
 def env_text(env: dict[bytes, bytes]) -> str:

@@ -7,7 +7,8 @@ from datetime import datetime
 
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput, bad_value
-from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
+from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, shebang_problem
+from onite.core.jobfile import env_problem
 from onite.core.names import check_name, job_key, resolve, shown
 from onite.core.record import Record
 from onite.core.resources import parse_cpus, parse_mem

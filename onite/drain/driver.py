@@ -238,7 +238,7 @@ class Driver:
             refresh_record(self.spool, self.host, upcoming.when)
 
     def _inside_scheduled_window(self) -> bool:
-        from onite.core.window import scheduled_window
+        from onite.core.schedule import scheduled_window
 
         now = self.clock.now()
         window = scheduled_window(self.config.schedule, self.until, now)
