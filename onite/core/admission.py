@@ -1,7 +1,5 @@
-"""Admission: ``admit``, when a job's request may start on a host, for the driver and for ``onite list``.
-
-In strict order nothing passes the first job that waits for room (the head); with backfill a later job may
-start where it cannot delay the head's start, estimated from time limits as Slurm's backfill does.
+"""``admit``: may a job's request start on a host? In strict order nothing passes the first job that waits for
+room (the head); with backfill a later job may start where it cannot delay the head (Slurm's estimate).
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ class Busy(Record):
 
 
 def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
-    """What is free of ``capacity`` while ``running`` run."""
     return capacity - sum((busy.need for busy in running), Need(0, 0, 0))
 
 
@@ -82,7 +79,6 @@ class Room(Record):
 
 
 def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:
-    """The room ``running`` leave on ``host`` of ``capacity``."""
     running = tuple(running)
     return Room(host, capacity, running, free_room(capacity, running))
 

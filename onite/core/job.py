@@ -1,6 +1,5 @@
-"""The Job and Attempt models, valid by construction, and the limits of every field.
-
-A Job is the submitter's word: never its owner (the file's uid), its place (folder and ctime) or a hold.
+"""The Job and Attempt models, valid by construction, and the limits of every field. A Job is the submitter's
+word: never its owner (the file's uid), its place (folder and ctime) or a hold.
 """
 
 from __future__ import annotations

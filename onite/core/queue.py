@@ -1,8 +1,5 @@
-"""Queue order and eligibility of queued jobs.
-
-Order: urgent, P1 … Pn, then the kernel's ctime, then the name (``order = "fair"``: users take turns within a
-priority): nothing a user writes moves a job ahead. A job waits while held, not due, pinned elsewhere or after
-a pending job, and fails when a dependency cannot succeed any more.
+"""Queue order: urgent, P1 … Pn, then the kernel's ctime, then the name (``order = "fair"``: users take turns
+within a priority), nothing a user writes. Eligibility: whether a queued job may start, waits or fails.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Recurring jobs as data (pure): a template's rule in its header, an instance's name and its job.
-
-A template is a job file whose extra header keys (RULE_KEYS) hold its rule. Each fire spools an instance
-named after the fire's local wall time (``NAME-YYYYMMDDTHHMM``; seconds where needed, ``.2`` for a
-repeated hour's second pass), so no fire is spooled twice.
+"""Recurring jobs: a template is a job file whose extra header keys (RULE_KEYS) hold its rule; each fire spools
+an instance named after its local wall time (``NAME-YYYYMMDDTHHMM``), so no fire is spooled twice.
 """
 
 from __future__ import annotations
@@ -39,8 +36,11 @@ def rule_of(job: Job):
     if "recur-cron" not in fields and "recur-every" not in fields:
         raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
                              "remove it (onite recur remove NAME), then add it again")
-    return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"),
-                      offset=fields.get("recur-offset"))
+    return _rule(fields)
+
+
+def _rule(fields: dict):
+    return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"), offset=fields.get("recur-offset"))
 
 
 def check_template_name(name: str) -> None:
@@ -59,7 +59,7 @@ def instance_name(template: str, fire: datetime) -> str:
         stamp += wall.strftime("%S")
     if wall.microsecond:
         stamp += wall.strftime("%f")
-    zone = zone_of(fire, "fire")
+    zone = zone_of(fire)
     if fire.astimezone(timezone.utc) - zone.instant(zone.wall(fire), 0) >= timedelta(seconds=1):
         stamp += ".2"  # the second time its wall clock reads this, in an hour the clocks repeat
     return f"{template}-{stamp}"
@@ -91,14 +91,10 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
 def rule_from_state(known: dict):
     """The rule a recur.state entry records, or None if it records none that is valid."""
     fields = known.get("fields")
-    if not isinstance(fields, dict):
+    if not isinstance(fields, dict) or not all(isinstance(fields.get(key), (str, type(None))) for key in RULE_KEYS):
         return None
-    values = [fields.get(key) for key in RULE_KEYS]
-    if not all(value is None or isinstance(value, str) for value in values):
-        return None
-    cron, every, offset = values
     try:
-        return parse_rule(cron=cron, every=every, offset=offset)
+        return _rule(fields)
     except InvalidInput:
         return None
 

@@ -61,7 +61,6 @@ def parse_cpus(value: object, *, what: str = "--cpus") -> int:
 
 
 def cpus_text(count: int) -> str:
-    """``1 CPU``, ``2 CPUs``."""
     return f"{count} CPU{'' if count == 1 else 's'}"
 
 
@@ -84,7 +83,6 @@ class Need(Record):
         return Need(self.mem - other.mem, self.cpus - other.cpus, self.slots - other.slots)
 
     def fits(self, room: Need) -> bool:
-        """Does this request fit in ``room``?"""
         return self.mem <= room.mem and self.cpus <= room.cpus and self.slots <= room.slots
 
     def shortage(self, room: Need) -> str:

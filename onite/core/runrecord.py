@@ -1,8 +1,5 @@
-"""The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model.
-
-JSON lines, each one O_APPEND write: the driver's first line, then the monitor's (``monitor``, ``job``, ``exited``,
-``ended`` or ``failed``), a ``stop`` line, or Slurm's ``submitted`` and ``slurm`` (the last one counts). The
-monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
+"""The run record ``running/HOST/NAME@run`` (docs/spool-format.md): JSON lines, each one O_APPEND write, the
+driver's first; the monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
 from __future__ import annotations

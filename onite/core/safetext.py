@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, the line and paragraph separators, the bidirectional overrides and marks,
-# the invisible ones (zero-width spaces and joiners, the word joiner, the byte-order mark), the letters
-# drawn as blanks (Hangul fillers, the braille blank) and lone surrogates (bytes that are not UTF-8)
+# C0 and C1 controls, DEL, line and paragraph separators, bidirectional overrides and marks, invisible ones
+# (zero-width, word joiner, BOM), letters drawn as blanks (Hangul fillers, braille blank) and lone surrogates
 UNSAFE_CHARS = ("\x00-\x1f\x7f-\x9f\u061c\u115f\u1160\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060"
                 "\u2066-\u2069\u2800\u3164\ufeff\uffa0\ud800-\udfff")
 BLANKS = "[\u115f\u1160\u2800\u3164\uffa0]"  # of those, the ones str.isprintable passes

@@ -11,7 +11,7 @@ import time as _time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime, time, timedelta, timezone
-from functools import lru_cache
+from itertools import islice
 
 from onite.core.errors import InvalidInput
 from onite.core.policy import window_end
@@ -25,10 +25,10 @@ _MINUTE = timedelta(minutes=1)
 _HOUR = timedelta(hours=1)
 
 
-def zone_of(at: datetime, name: str) -> Zone:
+def zone_of(at: datetime) -> Zone:
     """Raises ValueError: ``at`` is naive."""
     if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError(f"{name} must be an aware datetime (got naive {at.isoformat()})")
+        raise ValueError(f"a time must be an aware datetime (got naive {at.isoformat()})")
     tz = at.tzinfo
     if isinstance(tz, timezone) and tz is not timezone.utc and at.tzname() in _time.tzname:
         return MACHINE
@@ -69,10 +69,10 @@ def _compiled(rule: Rule) -> Cron | None:
     return compile_cron(rule.expr) if isinstance(rule, CronRule) else None
 
 
-def fires_after(rule: Rule, after: datetime, name: str = "after") -> Iterator[datetime]:
+def fires_after(rule: Rule, after: datetime) -> Iterator[datetime]:
     """Fire times strictly after ``after``, in its zone. Raises ValueError: ``after`` is naive; InvalidInput: a
     cron rule stops firing, or the next fire time would be at or after LATEST."""
-    zone = zone_of(after, name)
+    zone = zone_of(after)
     cron = _compiled(rule)
     last = after.astimezone(timezone.utc)
     day = zone.wall(after).date()
@@ -108,21 +108,20 @@ def next_fire(rule: Rule, after: datetime) -> datetime:
 
 def fire_times(rule: Rule, start: datetime, count: int) -> list[datetime]:
     """The next ``count`` fire times strictly after ``start``. Raises as fires_after."""
-    fires = fires_after(rule, start, "start")
-    return [next(fires) for _ in range(count)]
+    return list(islice(fires_after(rule, start), count))
 
 
 def next_drain(schedule: Sequence[str], after: datetime) -> datetime | None:
     """The earliest next fire of the drain schedule; None if it is empty. Raises as last_fire."""
-    zone_of(after, "after")
+    zone_of(after)
     return min((next_fire(CronRule(expr), after) for expr in validate_schedule(tuple(schedule))), default=None)
 
 
 def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *, since: datetime) -> datetime | None:
     """The latest fire time in ``(since, at_or_before]``, or None: missed fires are caught up once.
     Raises ValueError: a naive datetime; InvalidInput: a schedule expression is not valid."""
-    zone = zone_of(at_or_before, "at_or_before")
-    zone_of(since, "since")
+    zone = zone_of(at_or_before)
+    zone_of(since)
     if isinstance(rule_or_schedule, (CronRule, EveryRule)):
         rules: list[Rule] = [rule_or_schedule]
     else:
@@ -154,7 +153,6 @@ def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: Zone) 
         day -= _DAY
 
 
-@lru_cache(maxsize=8)
 def validate_schedule(schedule: tuple[str, ...]) -> tuple[str, ...]:
     """onite.toml's ``schedule``, every expression checked. Raises InvalidInput, naming the key."""
     for expr in schedule:
@@ -179,7 +177,6 @@ class Window(Record):
 
 
 def window_of(fire: datetime, until: time | None) -> Window:
-    """The window the schedule time ``fire`` opens."""
     return Window(fire, window_end(fire, until))
 
 

@@ -1,6 +1,5 @@
-"""The job state machine, how a run ended (``Outcome``, ``Stop``) and the result record.
-
-A job's state is the folder its file is in; every change is one rename(2), checked against ``_ALLOWED`` first.
+"""The job state machine (a job's state is its file's folder; each change one rename, checked against
+``_ALLOWED``), how a run ended (``Outcome``, ``Stop``) and the result record.
 """
 
 from __future__ import annotations
@@ -94,7 +93,6 @@ def signal_name(number: int) -> str:
 
 
 def outcome_from_status(status: int) -> Outcome:
-    """A waitpid() status → Outcome."""
     if os.WIFSIGNALED(status):
         return Outcome(signal=os.WTERMSIG(status))
     return Outcome(exit_code=os.waitstatus_to_exitcode(status))

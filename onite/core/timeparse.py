@@ -152,8 +152,7 @@ class Zone(Record):
         first = self.instant(wall, 0)
         if self.wall(first) == wall:
             return first
-        # In a gap, fold=1 maps before the jump and fold=0 after it (PEP 495): find the first second
-        # whose wall clock is past ``wall``.
+        # in a gap fold=1 maps before the jump, fold=0 after it (PEP 495): find the first second past ``wall``
         low, high = self.instant(wall, 1), first
         while high - low > timedelta(seconds=1):
             middle = low + timedelta(seconds=(high - low) // timedelta(seconds=1) // 2)

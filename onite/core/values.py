@@ -50,7 +50,6 @@ def _get(data: dict, key: str, default: object) -> object:
 
 
 def integer(data: dict, key: str, low: int, high: int, default: object = _MISSING) -> int:
-    """``data[key]``, a whole number from ``low`` to ``high``."""
     value = _get(data, key, default)
     if not is_whole(value, low, high):
         raise ValueError(f"{key}: {_short(value)} is not a whole number from {low} to {high}")
@@ -63,7 +62,6 @@ def optional_integer(data: dict, key: str, low: int, high: int) -> int | None:
 
 
 def text(data: dict, key: str, default: object = _MISSING) -> str:
-    """``data[key]``, a string."""
     value = _get(data, key, default)
     if not isinstance(value, str):
         raise ValueError(f"{key}: {_short(value)} is not a string")
@@ -76,7 +74,6 @@ def optional_text(data: dict, key: str) -> str | None:
 
 
 def boolean(data: dict, key: str, default: object = _MISSING) -> bool:
-    """``data[key]``, true or false."""
     value = _get(data, key, default)
     if not isinstance(value, bool):
         raise ValueError(f"{key}: {_short(value)} is not true or false")
