@@ -308,8 +308,7 @@ class _Reader:
         return size
 
     def _table(self, table: str, label: str, entry: object, keys: tuple[str, ...], want: str) -> None:
-        """Raises ConfigError: ``entry`` is no table, or holds a key not of ``keys`` (a top-level key below a
-        [table] line is named so)."""
+        """Raises ConfigError: ``entry`` is no table, or holds a key not of ``keys``."""
         if not isinstance(entry, dict):
             raise self._bad(table, entry, want)
         stray = sorted(set(entry) & (_TOP_KEYS - set(keys)))
@@ -350,7 +349,7 @@ class _Reader:
 
     def cpus(self, key: str, *, zero: bool = False) -> int | None:
         """A CPU count; ``zero``: 0 is allowed too."""
-        if key not in self.data or (zero and self.data[key] == 0 and not isinstance(self.data[key], bool)):
+        if key not in self.data:  # integer() would refuse default_cpus' None
             return self._default(key)
         return self.integer(key, low=0 if zero else 1, high=MAX_CPUS)
 

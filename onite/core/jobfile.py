@@ -112,8 +112,7 @@ _REQUIRED = ("name", "priority", "submitted", "host", "umask", "cwd")
 
 
 def decode(data: bytes) -> Job:
-    """Parse a job file. Raises JobFormatError: not a job file, a newer format, a damaged header, a value out of
-    its range, or a ``#!`` line that can never run."""
+    """Parse a job file. Raises JobFormatError: not one, a newer format, damaged, or a value out of its range."""
     if not data.startswith(MAGIC):
         raise JobFormatError("not an onite job file (no 'onite-job:' first line)", "spool it with onite submit")
     end = data.find(b"\n\n")

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 from onite.core.errors import InvalidInput
-from onite.core.safetext import printable
+from onite.core.safetext import printable, quoted
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_NAME = 100
@@ -86,8 +86,7 @@ def check_name(name: str, *, what: str = "job name") -> str:
     else:
         why = "it may hold only letters, digits, '.', '_' and '-'"
     example = "node1 or build-02" if what == "host name" else "nightly-report or backup.2026-11-22"
-    text = name if len(name) <= 40 else name[:37] + "..."
-    raise InvalidInput(f"invalid {what} '{printable(text)}': {why}", f"use e.g. {example}")
+    raise InvalidInput(f"invalid {what} {quoted(name)}: {why}", f"use e.g. {example}")
 
 
 def check_base(base: str) -> str:

@@ -87,8 +87,7 @@ def cycle_reason(cycle: Iterable[str], owner: str) -> str:
 
 
 def reason_as_read(reason: str, owner: str, reader: str | None) -> str:
-    """A reason written for ``owner``'s job (naming jobs as ``owner`` writes them) as ``reader`` writes them
-    (None: as written)."""
+    """A reason written for ``owner``'s job, naming jobs as ``reader`` writes them (None: as written)."""
     if reader is None or reader == owner:
         return reason
 

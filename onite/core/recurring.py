@@ -30,8 +30,7 @@ def rule_fields(rule) -> tuple[tuple[str, str], ...]:
 
 
 def rule_of(job: Job):
-    """The rule a template's header stores.
-    Raises JobFormatError: it is no template; InvalidInput: the rule is not valid."""
+    """The rule a template's header stores. Raises JobFormatError: no template; InvalidInput: a bad rule."""
     fields = {k: v for k, v in job.extra if k in RULE_KEYS}
     if "recur-cron" not in fields and "recur-every" not in fields:
         raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",

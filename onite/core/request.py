@@ -55,8 +55,7 @@ class SubmitRequest(Record):
         return cls(name=name, body=body, after=(after,) if isinstance(after, str) else tuple(after), **given)
 
     def limits(self, config: Config, now: datetime, user: str) -> dict:
-        """The Job fields its options set, each checked before the job text is read.
-        Raises InvalidInput: as ``build_job``, but for the text."""
+        """The Job fields its options set, checked before the text is read. Raises InvalidInput as build_job."""
         limits = JobChanges(priority=config.default_priority if self.priority is None else self.priority,
                             retries=self.retries, after=self.after, mem=self.mem, cpus=self.cpus,
                             timeout=self.timeout, at=self.at).parsed(config, now, user)
@@ -143,8 +142,7 @@ class JobChanges(Record):
         return any(value is not None for value in self)
 
     def parsed(self, config: Config, now: datetime, user: str) -> dict:
-        """The Job fields the options given set, each checked as submit checks it.
-        Raises InvalidInput: a bad value."""
+        """The Job fields the options given set, each checked. Raises InvalidInput: a bad value."""
         changed: dict = {}
         if self.priority is not None:
             if not 1 <= self.priority <= config.priorities:

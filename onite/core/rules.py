@@ -93,8 +93,7 @@ def compile_cron(expr: str) -> Cron:
 
 
 def _five_fields(expr: str) -> tuple[str, list[str]]:
-    """``expr`` with its spacing normalised, and its five fields. Raises InvalidInput: the checks croniter is
-    not needed for."""
+    """``expr`` with its spacing normalised, and its five fields. Raises InvalidInput."""
     text = " ".join(expr.split())
     if not text:
         raise InvalidInput("empty cron expression", _FIVE_FIELDS_HINT)

@@ -182,8 +182,7 @@ def window_of(fire: datetime, until: time | None) -> Window:
 
 def scheduled_window(schedule: Sequence[str], until: time | None, now: datetime, *,
                      since: datetime | None = None) -> Window | None:
-    """The window, perhaps closed, of the latest schedule time in (``since``, ``now``], or None.
-    Raises InvalidInput: a schedule expression is not valid."""
+    """The window, perhaps closed, of the latest schedule time in (``since``, ``now``], or None. Raises InvalidInput."""
     fire = last_fire(schedule, now, since=now - LOOKBACK if since is None else since)
     return window_of(fire, until) if fire is not None else None
 

@@ -20,8 +20,7 @@ _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([dhms])")
 
 
 def parse_duration(text: str, *, what: str = "duration") -> timedelta:
-    """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or a bare number of seconds.
-    Raises InvalidInput: not a duration in (0, MAX_DURATION]."""
+    """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or bare seconds. Raises InvalidInput: not in (0, MAX_DURATION]."""
     raw = text.strip().lower()
     if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", raw):
         raw += "s"
