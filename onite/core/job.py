@@ -144,7 +144,7 @@ def _job_problem(job: Job) -> str:
     if job.cpus is not None and not is_whole(job.cpus, 1, MAX_CPUS):
         return f"cpus {job.cpus!r} is not 1 to {MAX_CPUS}"
     for key, _ in job.extra:
-        if "\n" in key or ": " in key or key in HEADER_KEYS or key in REPEATED_KEYS:
+        if "\n" in key or ": " in key or key in HEADER_KEYS:
             return f"extra header key {key[:40]!r} cannot be written back"
     return shebang_problem(job.body)
 
@@ -162,10 +162,9 @@ def shebang_problem(body: bytes) -> str:
     return ""
 
 
-# the header keys of a job file (onite.core.jobfile): an extra key may be none of them
+# the header keys of a job file (onite.core.jobfile; env, after and tried may repeat): no extra key is one
 HEADER_KEYS = frozenset(
     ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
      "timeout", "retries", "at", "pin", "recur", "attempt",
-     "stderr", "notify", "notify-on", "mem", "cpus")
+     "stderr", "notify", "notify-on", "mem", "cpus", "env", "after", "tried")
 )
-REPEATED_KEYS = frozenset(("env", "after", "tried"))  # keys that may occur more than once
