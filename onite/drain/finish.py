@@ -21,7 +21,7 @@ from onite.core.job import Attempt
 from onite.core.jobfile import encode
 from onite.core.names import is_valid_key, split_key
 from onite.core.queue import retry_delay
-from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
+from onite.core.state import HARD_STOPPED, JobState, Outcome, Result, unrun_result
 from onite.core.values import is_whole
 from onite.drain.night import Night
 from onite.exec.runner import Run
@@ -57,18 +57,16 @@ class Finisher:
         self._waits: dict[tuple, tuple[str, ...]] = {}  # (name, ctime, its edits) → the keys it waits for
 
     def reap(self) -> list[tuple[Run, Outcome]]:
-        """Log the starts the runner saw, and take each run that ended out of those running. A run that
-        ended with a result is returned, for ``file`` once the slots it left are given to the next jobs
-        (its record is the monitor's already, so a crash in between loses nothing); any other is filed now,
-        for it says whether and what may start (a pause, a requeue)."""
+        """Take the runs that ended out of those running. One with a result is returned, to be filed once
+        its slot is given to the next job (its record already holds its end); any other is filed now, for
+        it decides what may start (a pause, a requeue)."""
         night = self.night
         finished = night.runner.reap()
         night.starts.flush()
         now, ended = night.clock.now(), []
         for run, outcome in finished:
             night.running.pop(run.name, None)
-            # its time (since its recorded start, an adopted run's too) counts for order = "fair" from now:
-            # the next pick comes before it is filed
+            # order = "fair" counts its time from now: the next pick comes before it is filed
             used = max(0.0, (now - run.started).total_seconds())
             night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + used
             if self._goes_back(run, outcome):
@@ -79,7 +77,6 @@ class Finisher:
         return ended
 
     def file(self, ended: list[tuple[Run, Outcome]]) -> None:
-        """File each run of ``ended``."""
         for run, outcome in ended:
             try:
                 self._file(run, outcome)
@@ -90,13 +87,12 @@ class Finisher:
 
     @staticmethod
     def _goes_back(run: Run, outcome: Outcome) -> bool:
-        """The run's job goes back to its queue with no result: its monitor started nothing, the executor
-        took nothing, or a hard stop ended it."""
+        """Its job goes back to its queue with no result: its monitor started nothing, the executor took
+        nothing, or a hard stop ended it (as recovery decides it: onite.drain.recovery)."""
         return (run.stopping is None and (run.unrecorded is not None or run.unavailable is not None)
-                or run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None)
+                or outcome.reason == HARD_STOPPED)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
-        """File a run that ended (or put it back in its queue), its start logged first."""
         night = self.night
         night.starts.flush(until=run)
         if not self._goes_back(run, outcome):
@@ -117,7 +113,7 @@ class Finisher:
             night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
-        """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
+        """File how ``run`` ended at ``now`` (or spool its retry), log it, tell its owner."""
         night, job = self.night, run.job
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=night.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
@@ -152,10 +148,9 @@ class Finisher:
             self.prune(strays=False)
 
     def _waited_for(self) -> set[str]:
-        """The keys queued jobs wait for (``--after``) of their owner's own jobs: retention keeps those results,
-        for a done dependency counts only while its result is kept (another user's job cannot keep one's results
-        past ``keep``). A file is read (onite.spool.edits.waits_for) once for each version of it and its edits, as
-        the pick reads it."""
+        """The keys queued jobs wait for (``--after``) among their owner's own jobs: retention keeps those
+        results, for a done dependency counts only while its result is kept. Each version of a file and its
+        edits is read once."""
         night = self.night
         edits, known, waits = read_markers(night.spool.edit_dir), self._waits, {}
         for folder, name, ctime_ns in night.index.every():
@@ -198,8 +193,8 @@ class Finisher:
         return True
 
     def _requeue_run(self, run: Run) -> None:
-        """Put ``run``'s claim back in its queue, then remove its record (until then it tells recovery
-        where the claim stands). Raises as ``requeue_file``."""
+        """Put ``run``'s claim back in its queue, then remove its record (which tells recovery where the
+        claim stands until then). Raises as ``requeue_file``."""
         self.requeue_file(self.night.running_dir / run.name, run.name, run.rank)
         remove_file(run.record_path)
 
@@ -220,7 +215,7 @@ class Finisher:
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
 
     def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
-        """A queued job that can never run (its dependency failed): file it as failed."""
+        """File a queued job that can never run (its dependency failed) as failed."""
         night = self.night
         try:
             job, _ = read_job_file(cand.path, night.jobs.max_size)
@@ -235,9 +230,9 @@ class Finisher:
             night.notifier.notify(result, job, night.config)
 
     def file_unrun(self, result: Result, old: JobState, path: Path | None, why: str, *, gone_ok: bool = False) -> bool:
-        """File a job that never ran (or whose run nobody saw end): write its result, move it from
-        ``path`` (None: it is gone) into jobsdone/, count it; False if that failed (logged).
-        ``gone_ok``: a file gone already (a cancel or another host took it) counts as filed."""
+        """File a job that never ran (or whose end nobody saw): its result, its file moved from ``path``
+        (None: gone) into jobsdone/, counted; False if that failed (logged). ``gone_ok``: a file gone
+        already (a cancel or another host took it) counts as filed."""
         night = self.night
         try:
             write_result(night.spool, result)
@@ -252,9 +247,8 @@ class Finisher:
 
     def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
                    file_result: bool = True) -> Path | None:
-        """Never run it, never delete it: move it to refused/ and say why, in the log and (with
-        ``file_result``) a result. ``st``: the file as judged (None: as it is now; gone, nothing to do).
-        Where it was moved, or None: it was not."""
+        """Never run it, never delete it: move it to refused/ and say why in the log and (``file_result``)
+        a result. ``st``: the file as judged (None: look now). Where it was moved, or None."""
         night = self.night
         if st is None:
             try:
@@ -290,9 +284,8 @@ class Finisher:
 
     @contextmanager
     def guard(self, name: str, *paths: Path):
-        """Whatever a file a user can write makes go wrong while it is looked at or started, the night
-        goes on: the file is moved to refused/ (from the first of ``paths`` where it is) with one log
-        line, so that the driver never retries the same failure forever."""
+        """Whatever a user's file makes go wrong while it is looked at or started, the night goes on: the
+        file is moved to refused/ (from the first of ``paths`` where it is), never retried forever."""
         try:
             yield
         except Exception as err:  # noqa: BLE001 - see the docstring; the traceback goes to stderr
@@ -308,8 +301,7 @@ class Finisher:
                 break
 
     def put_back_unstarted(self, run: Run, why: str) -> None:
-        """Nothing of ``run`` started, for nothing could be recorded (a full disk): put its job back in
-        its queue and start nothing more."""
+        """Nothing of ``run`` started, for nothing could be recorded: put it back, start nothing more."""
         try:
             self._requeue_run(run)
         except OniteError as err:
@@ -317,9 +309,8 @@ class Finisher:
         self.note_cannot_record(why, run.name)
 
     def pause_starts(self, run: Run, err: str) -> None:
-        """The executor cannot take jobs now: put this one back in its queue (behind the jobs of its
-        priority) and start nothing for a while, PAUSE_FIRST doubling up to PAUSE_MAX. A job never
-        fails for this."""
+        """The executor cannot take jobs now: put this one back in its queue and start nothing for a
+        while, PAUSE_FIRST doubling up to PAUSE_MAX. A job never fails for this."""
         night = self.night
         night.pause = min(max(night.pause * 2, PAUSE_FIRST), PAUSE_MAX)
         night.paused_until = night.clock.monotonic() + night.pause
@@ -335,8 +326,8 @@ class Finisher:
                         note="the job is back in its queue; no job starts before then")
 
     def note_cannot_record(self, why: str, name: str = "") -> None:
-        """A record could not be written: start nothing more (logged once; on stderr too, since the
-        log may be what cannot be written)."""
+        """A record could not be written: start nothing more (said once, on stderr too: the log may be
+        what cannot be written)."""
         if self.night.cannot_record is None:
             self.night.cannot_record = why
             self.night.metrics.one_more("cannot_record")
@@ -349,7 +340,7 @@ class Finisher:
                           file=sys.stderr)
 
     def prune(self, *, strays: bool = True) -> None:
-        """Retention: the last ``keep`` finished jobs kept; with ``strays``, what crashed writes left too."""
+        """Retention: keep the last ``keep`` finished jobs; ``strays``: remove what crashed writes left."""
         night = self.night
         self._since_prune = 0
         try:

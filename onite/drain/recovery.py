@@ -1,14 +1,11 @@
 """Recovery: what a dead driver of this host left in running/HOST/, dealt with exactly once.
 
-The starting driver holds the host's lock and decides each claim from its run record
-(docs/job-control.md, "Exactly once"): a run that ended is filed as recorded, one whose monitor
-lives is adopted, one that never started is requeued, a Slurm job is taken back; one whose record
-is damaged, or whose monitor died without an end, has what is left of it stopped and is run
-again (or failed): the one case of a rerun; one whose monitor died after its job's leader ``exited``
-(as it ended what the job left) is filed with that status once what is left of it is stopped. One
-damaged claim never stops the night. What belongs to a run is told without trusting anything a user
-controls: its cgroup and v1 groups as its record names them, its process group where a process carries
-its ONITE_RUN_ID; a Slurm job is cancelled through Slurm, whichever executor is configured now.
+Holding the host's lock, the driver decides each claim from its run record (docs/job-control.md,
+"Exactly once"): an ended run is filed as recorded, one whose monitor lives is adopted, one never
+started is requeued, a Slurm job is taken back; one with a damaged record, or whose monitor died
+without an end, has what is left of it stopped and runs again (or fails): the one case of a rerun.
+What belongs to a run is told without trusting what a user controls: its cgroups as its record
+names them, the process group of a process carrying its ONITE_RUN_ID, its Slurm job.
 """
 
 from __future__ import annotations
@@ -59,7 +56,6 @@ class Recovery:
         self._cancelled_ahead: set[str] = set()  # claims whose Slurm job recover --host cancelled in flight
 
     def recover(self) -> None:
-        """Deal with every claim in running/HOST/."""
         night = self.night
         folders = [self.containment.base] if self.containment.base else []
         removed = contain.sweep_stale(folders + list(self.limiter.v1.values()))
@@ -94,8 +90,8 @@ class Recovery:
                 remove_file(night.running_dir / name)  # its claim was dealt with (``requeue`` puts an edit back)
 
     def _cancel_ahead(self, jobs: list[str]) -> None:
-        """Send each Slurm job of the claims its cancel before any is waited for: one pending in Slurm would
-        start on the room the cancel of another frees, run unwatched, and be cut short by its own and run again."""
+        """Cancel every Slurm job of the claims before any is waited for: one pending would start on the
+        room another's cancel frees, run unwatched, and be cut short by its own cancel and run again."""
         night = self.night
         paths = {name: night.spool.run_record_path(night.host, name) for name in jobs}
         records = {name: runrecords.read(path) for name, path in paths.items()}
@@ -156,8 +152,8 @@ class Recovery:
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _damaged(self, name: str, path: Path, record_path: Path, rec: RunRecord | None) -> None:
-        """A claim whose record is gone, or cannot be read whole: nothing says whether it ran. What runs
-        of it is stopped, a damaged record kept in refused/, and the job run again, saying why."""
+        """A claim whose record is gone or damaged: nothing says whether it ran. What runs of it is
+        stopped, a damaged record kept in refused/, and the job run again."""
         night = self.night
         what = "its run record is missing"
         try:
@@ -179,10 +175,9 @@ class Recovery:
                      rerun=True)
 
     def _unclaimed(self, name: str) -> None:
-        """A run record whose claim is gone. Its driver died as it started the job (still queued, the record
-        perhaps still empty) or as it filed the run (a result or retry of it is there): the record goes.
-        Otherwise the claimed file was deleted while no driver ran: the job is filed as lost. A damaged record
-        is set aside."""
+        """A run record whose claim is gone. Its driver died as it started the job or as it filed the run
+        (the job is queued, or a result or retry of it is there): the record goes. Otherwise the claimed
+        file was deleted while no driver ran: the job is filed as lost. A damaged record is set aside."""
         night = self.night
         record_path = night.spool.run_record_path(night.host, name)
         rec = runrecords.read(record_path)
@@ -242,14 +237,14 @@ class Recovery:
         return True
 
     def _log_result(self, result: Result) -> None:
-        """The line a driver logs as it files a job, for one whose driver died before it could."""
+        """The line filing logs, for a job whose driver died before it could."""
         self.night.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
                          exit=result.exit_code, attempt=result.attempt, run=result.run_id or None, mem=result.mem,
                          note="logged by recovery: its driver died as it filed the job")
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
-        """The Run of a claim, rebuilt from its job file and its run record (which it holds to).
-        Raises OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account."""
+        """The Run of a claim, from its job file held to its run record.
+        Raises OSError, JobFormatError, BadFile, Refused: the file cannot be read, or its owner has no account."""
         night = self.night
         try:
             job, st = read_job_file(path, night.jobs.max_size)
@@ -275,7 +270,7 @@ class Recovery:
         return run
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
-        """Take over a run whose monitor is alive, as if started here."""
+        """Take over a run whose monitor is alive."""
         night = self.night
         if not self.watches and self.monitor_alive(rec):
             self.left.append(name)
@@ -303,8 +298,8 @@ class Recovery:
         if self._dropped_if_retried(name, path, run):
             return
         run.usage = rec.usage
-        outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
-        if outcome.reason == HARD_STOPPED:  # and, as a live driver does, a hard stop puts it back
+        outcome = rec.outcome(run.need)  # as a live driver files it, a hard stop putting it back
+        if outcome.reason == HARD_STOPPED:
             self.requeue(name, path, rec.info, "a hard stop ended it, and its driver died before it put it back",
                          rerun=True)
             return
@@ -313,9 +308,8 @@ class Recovery:
         self.finisher.record(run, outcome, parse_stamp(rec.ended_at) or night.clock.now())
 
     def _dropped_if_retried(self, name: str, path: Path, run: Run) -> bool:
-        """A later attempt of this job is already queued, running on another host or finished (its driver
-        died between writing the retry and removing the claim): this claim is stale, and must neither run
-        nor be filed; it is removed."""
+        """A later attempt of this job is queued, running on another host or finished (its driver died
+        between writing the retry and removing the claim): the stale claim is removed, never run or filed."""
         if not self._retried(run):
             return False
         remove_file(path)
@@ -376,8 +370,7 @@ class Recovery:
 
     def _unmonitored(self, name: str, path: Path, rec: RunRecord) -> None:
         """A claim of a Slurm run (``_take_back``). One whose driver died as sbatch ran (no job id
-        recorded) takes Slurm's job for exactly this run, if it has one, so that it is taken back, not
-        run a second time."""
+        recorded) is matched to Slurm's job for exactly this run, if any, so that it never runs twice."""
         owner, info = _owner(path), rec.info
         try:
             if not info.get("external_id") and owner is not None:
@@ -394,8 +387,8 @@ class Recovery:
         self.requeue(name, path, info, what, rerun=True)
 
     def _take_back(self, name: str, path: Path, info: dict, rec: RunRecord) -> bool:
-        """Re-attach, file or requeue a Slurm run (stopped, if its record says onite stopped it); False if
-        it never reached Slurm. Raises Unavailable: it may still run, and cannot be stopped or asked about now."""
+        """Re-attach, file or requeue a Slurm run; False if it never reached Slurm.
+        Raises Unavailable: it may still run, and cannot be stopped or asked about now."""
         night = self.night
         if not info.get("external_id"):
             return False
@@ -456,13 +449,13 @@ class Recovery:
         return contain.process_start_ticks(pid) == rec.monitor_ticks and not contain.is_zombie(pid)
 
     def stop_orphans(self, rec: RunRecord) -> str:
-        """Stop what is left of a run whose monitor is gone (onite.exec.processes.stop_leftovers); for the log."""
+        """Stop what is left of a run whose monitor is gone; what happened, for the log."""
         killed = stop_leftovers(rec, self.containment, self.limiter, str(self.night.spool.root),
                                 str(rec.get("name") or ""), str(rec.get("run_id") or ""))
         return "its processes were killed" if killed else "none of its processes was running"
 
     def runner_of(self, info: dict) -> Runner:
-        """The executor that started the run (after a change of ``executor`` a Slurm job must still be cancelled)."""
+        """The executor that started the run (a Slurm job is cancelled after a change of ``executor`` too)."""
         night = self.night
         executor = info.get("executor") or night.runner.executor
         if executor == night.runner.executor:
@@ -495,8 +488,8 @@ def _recorded_rank(info: dict, fallback: int) -> int:
 
 
 def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:
-    """The job of a claim whose file can no longer be read, as its run record tells it: enough to
-    watch the run and file it (not to retry it)."""
+    """The job of a claim whose file can no longer be read, from its run record: enough to watch and
+    file the run, not to retry it."""
     rank = _recorded_rank(info, 1)
     attempt = info["attempt"] if is_whole(info.get("attempt"), 1, MAX_RETRIES + 1) else 1
     return Job(name=name, priority=max(rank, 1), urgent=rank == 0, submitted=submitted, host=host, umask=0o022,

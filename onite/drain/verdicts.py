@@ -37,10 +37,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     names is named as ``euid``'s user writes it (NAME for their own, USER:NAME for another's)."""
     reader = user_name(euid)
     users: dict[int, str] = {}
-    folders: dict[int, str] = {}  # each rank's queue folder, made a path once, not once a job (~25 µs each)
+    folders: dict[int, str] = {}  # each rank's queue folder as a path
     found = []
     room = _Room(spool, host, now)
-    # cancel/, hold/ and edit/ (doomed's) are listed once for the whole look: anyone may fill them
+    # cancel/, hold/ and edit/ are listed once for the whole look: anyone may fill them
     withdrawn = Withdrawn(spool)
     doomed = _Doomed(spool, withdrawn, now, host, euid, reader)
     for position, (rank, ctime_ns, name, uid, held) in enumerate(head, 1):
@@ -62,10 +62,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             continue
         job, _ = edited(job, trusted(doomed.edit_markers, name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
+        asking = _asking(spool, withdrawn, asked)
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep, withdrawn)
-            asked.append((dep, state))
+            state = asking(dep)
             if state is DepState.PENDING and doomed(dep):
                 return DepState.FAILED  # queued, but the driver fails it when it picks it: so this one too
             return state
@@ -106,6 +106,15 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     return found
 
 
+def _asking(spool: SpoolDir, withdrawn: Withdrawn, asked: list[tuple[str, DepState]]):
+    """onite.spool.deps.dependency_state, each key asked and its answer appended to ``asked``."""
+    def dependency(dep: str) -> DepState:
+        state = dependency_state(spool, dep, withdrawn)
+        asked.append((dep, state))
+        return state
+    return dependency
+
+
 def chained(verdict, asked: list[tuple[str, DepState]], doomed: "_Doomed", reader: str):
     """``verdict``, its reason saying why, where it fails for a queued dependency the driver will fail first."""
     if isinstance(verdict, Fail) and asked and asked[-1][1] is DepState.PENDING:
@@ -116,9 +125,9 @@ def chained(verdict, asked: list[tuple[str, DepState]], doomed: "_Doomed", reade
 
 class _Doomed:
     """Why a queued job (a key) that a dependant waits for will fail when the driver picks it ("" if it need
-    not): the driver's own rule (onite.core.queue.evaluate) for that job, as if its time had come, held or
-    pinned as it may be, followed down a chain of such jobs to the first that fails by itself. Only a job the
-    asker may read (their own; root: all) is judged; a chain that comes back on itself is not followed round."""
+    not): the driver's rule (onite.core.queue.evaluate) for it as if its time had come, followed down a
+    chain of such jobs to the first that fails by itself. Only a job the asker may read is judged; a chain
+    that comes back on itself is not followed round."""
 
     def __init__(self, spool: SpoolDir, withdrawn: Withdrawn, now: datetime, host: str, euid: int,
                  reader: str) -> None:
@@ -128,12 +137,10 @@ class _Doomed:
 
     @cached_property
     def edit_markers(self) -> dict:
-        """edit/, listed once, if asked."""
         return read_markers(self.spool.edit_dir)
 
     @cached_property
     def holds(self) -> dict:
-        """hold/, listed once, if asked."""
         return read_markers(self.spool.hold_dir)
 
     def __call__(self, key: str) -> str:
@@ -152,8 +159,8 @@ class _Doomed:
         return reason
 
     def _judge(self, key: str) -> tuple[str, str | None]:
-        """Why queued job ``key`` fails by itself (its own dependency failed), or the queued dependency it waits
-        for first, whose fate is its own; ("", None): it need not fail."""
+        """Why queued job ``key`` fails by itself, or the queued dependency it waits for first, whose fate
+        is its own; ("", None): it need not fail."""
         entries = [entry for entry in find_queued(self.spool, key, self.holds) if owner_or_root(self.euid, entry.uid)]
         if not entries:
             return "", None  # running, or not the asker's to read: it may yet succeed
@@ -161,14 +168,8 @@ class _Doomed:
         if job is None:
             return "", None  # gone meanwhile, or its driver sets it aside and says why
         asked: list[tuple[str, DepState]] = []
-
-        def dependency(dep: str) -> DepState:
-            state = dependency_state(self.spool, dep, self.withdrawn)
-            asked.append((dep, state))
-            return state
-
-        verdict = evaluate(Meta(after=job.after), held=False, now=self.now, host=self.host, dependency=dependency,
-                           owner=self.reader)
+        verdict = evaluate(Meta(after=job.after), held=False, now=self.now, host=self.host,
+                           dependency=_asking(self.spool, self.withdrawn, asked), owner=self.reader)
         if isinstance(verdict, Fail):
             return verdict.reason, None
         if asked and asked[-1][1] is DepState.PENDING:
@@ -177,9 +178,9 @@ class _Doomed:
 
 
 class _Room:
-    """What this host's driver would decide for the ready jobs, in queue order, by its own rule: its
-    capacity, and the running jobs as their (world-readable) run records say they were admitted. A
-    job the rule starts counts as running for those behind it; waiting for a slot is no reason shown."""
+    """What this host's driver would decide for the ready jobs, in queue order, by its own rule, from its
+    capacity and the running jobs' (world-readable) run records. A job it starts counts as running for
+    those behind it; waiting for a slot is no reason shown."""
 
     def __init__(self, spool: SpoolDir, host: str, now: datetime) -> None:
         self.spool, self.host, self.now = spool, host, now
@@ -198,8 +199,8 @@ class _Room:
         return room(self.host, capacity, running)
 
     def unknown(self, pin: str) -> str:
-        """"" if ``pin`` is a host of the spool (heartbeat.spool_hosts), else what that means for a job pinned to it:
-        no driver drains as it, and none will unless one is started there (a misspelt, renamed or retired host)."""
+        """"" if ``pin`` is a host of the spool (heartbeat.spool_hosts), else what that means for a job pinned
+        to it (a misspelt, renamed or retired host)."""
         from onite.drain.heartbeat import RETIRED_AFTER, spool_hosts  # only here: list imports no heartbeat code
 
         if self.hosts is None:
@@ -207,8 +208,7 @@ class _Room:
         return "" if pin in self.hosts else f", which no driver drains (none has in {RETIRED_AFTER / 86400:.0f} days)"
 
     def verdict(self, name: str, mem: int | None, cpus: int | None, timeout, *, pinned: bool = False) -> tuple[str, str]:
-        """Why a job that may start as far as the queue goes waits for room (``kind``, ``reason``), or
-        ("", "") if the driver would start it."""
+        """Why a ready job waits for room (``kind``, ``reason``), or ("", "") if the driver would start it."""
         config = self.spool.config
         if config.executor != "local" or self.problem:
             return ("resources", self.problem) if self.problem else ("", "")
@@ -254,8 +254,8 @@ PUBLIC_REASONS = {"held": "held", "not_before": "not before a set time", "retry"
 
 
 def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
-    """Why a drain started nothing, for the log: how many jobs are queued, and one line saying why
-    none can start now, by the kind of each job's wait, in words that tell no one what a file says.
+    """Why a drain started nothing, for the log: how many jobs are queued, and why none can start, by
+    the kind of each wait, in words that tell no one what a file says.
     Raises SpoolIOError: a folder cannot be listed."""
     stats = queued_stats(spool)
     total = len(stats)
