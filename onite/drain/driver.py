@@ -2,8 +2,8 @@
 
 ``run()`` is a whole ``onite run``: this host's lock (a second driver exits 0, or hands the drain to
 an idle daemon), the heartbeat, due recurring jobs, then ``drain()``: recovery, then the loop, whose
-steps share the Night: file what ended, honour cancels, start the first eligible jobs while a slot
-is free, sleep until something happens. No job starts at or after the window's end (``until``).
+steps share the Night: file what ended, honour cancels, start jobs while a slot is free, sleep until
+something happens. No job starts at or after the window's end (``until``).
 """
 
 from __future__ import annotations
@@ -53,17 +53,16 @@ class Driver:
         rather than wait for a not-before time. ``tick(driver, now)``: called every turn, returns when
         to call it next. ``lock_fd`` and ``heartbeat``: the daemon's, when it holds the lock."""
         self.spool = spool
-        config = spool.config  # the night's from now on (Driver.config)
+        config = spool.config  # the night's from now on
         self.host = host or default_host(config)
         self.clock = clock
         self._slots_override, self._until_override = slots, until
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener, clock=clock)
         self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until recorded
-        # how jobs are contained and held to their requests here (onite.exec.contain, onite.exec.limits)
         self._containment = contain.discover(config.contain)
         self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None,
                                         config.max_pids)
-        self._pam = None  # the PAM its local jobs get (onite.exec.pam.Pam), found as its local runner is made
+        self._pam = None  # onite.exec.pam.Pam, found as its local runner is made
         self._runner = runner
         self.signals: list[int] = [] if signals is None else signals
         self.wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
@@ -74,10 +73,9 @@ class Driver:
         self.started_at = clock.now()
         self.night = Night(spool=spool, config=config, host=self.host, clock=clock, log=self.log,
                            notifier=Notifier(spool, self.log, clock=clock), runner=runner, slots=0,
-                           window_end=None, only_timed=only_timed)
+                           window_end=None)
+        self._set_window(self.started_at, only_timed)
         night = self.night
-        self.window_from = self.started_at  # when this drain's window opened (open_window, narrow_to_timed move it)
-        night.window_end = window_end(self.started_at, self.until)  # until is read from the night's settings
         self.finisher = Finisher(night)
         self.picker = Picker(night, self.finisher)
         self.starter = Starter(night, self.finisher)
@@ -87,7 +85,7 @@ class Driver:
 
     @property
     def config(self) -> Config:
-        """onite.toml's settings, as last (re)loaded: the night's, which its steps share."""
+        """onite.toml's settings, as last (re)loaded."""
         return self.night.config
 
     @property
@@ -146,8 +144,7 @@ class Driver:
         """Take this host's lock, spool due recurring jobs, and drain; the exit code (0 also when another
         driver holds the lock; 4 when runs could not be recorded). ``scheduled``: drain only inside a
         night window of ``schedule``. ``leaving``: the process ends with this run.
-        Raises SpoolError, Refused: the spool may not be drained by this user; ConfigError: the
-        reserve leaves nothing of this machine for jobs."""
+        Raises SpoolError, Refused: this user may not drain the spool; ConfigError: as check_capacity."""
         trust.check_drainable(self.spool, "onite run")
         check_capacity(self.config, self.host, str(self.spool.config_path))
         with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
@@ -177,8 +174,8 @@ class Driver:
         return EXIT_FAILURE if self.night.cannot_record else 0
 
     def recover_host(self) -> tuple[list[str], list[str]]:
-        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; the names of those
-        recovered, and of those left because their runs go on under live monitors on this machine.
+        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; the names of
+        those recovered, and of those left to their live monitors on this machine.
         Raises Refused: a driver of that host holds its lock (it is alive)."""
         night = self.night
         lock = take_host_lock(self.spool, self.host,
@@ -207,8 +204,8 @@ class Driver:
             self.log.close()
 
     def _busy(self, hand_over: bool) -> None:
-        """Another process holds this host's lock: say which (its heartbeat), or (``hand_over``) hand the
-        drain to its daemon if that is idle."""
+        """Another process holds this host's lock: say which, or (``hand_over``) hand the drain to its
+        daemon if that is idle."""
         beat = hb.read(self.spool, self.host)
         if beat is None or not hb.is_alive(beat, self.clock.now()):
             holder = {"holder": "unknown (no heartbeat)"}
@@ -224,7 +221,7 @@ class Driver:
                        note="another driver is draining this spool on this host; exiting")
 
     def _start_heartbeat(self) -> None:
-        """Tell everyone this driver is alive, who started it and when the next drain is due."""
+        """Say this driver is alive, who started it and when the next drain is due."""
         self.heartbeat = hb.Heartbeat(self.spool, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
         upcoming = None
         with suppress(OniteError, OSError, ValueError):
@@ -261,8 +258,7 @@ class Driver:
         except SpoolIOError as err:  # a host's first drain on a full disk
             self.finisher.note_cannot_record(str(err))
             return
-        try:
-            # a daemon's onite.toml may have been reloaded since
+        try:  # a daemon's onite.toml may have been reloaded since
             check_capacity(self.config, self.host, str(self.spool.config_path))
         except ConfigError as err:
             self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
@@ -361,7 +357,7 @@ class Driver:
 
     def _start_jobs(self) -> None:
         """Start jobs in queue order while a slot is free, the window is open, the executor takes them,
-        and nothing (a stop, a record that cannot be written) says to start none."""
+        and nothing (a stop, a record that cannot be written) forbids it."""
         night = self.night
         night.wake_at = None
         while len(night.running) < night.slots and night.may_start():
@@ -382,8 +378,8 @@ class Driver:
                 self.starter.start(picked)
 
     def _say_waiting(self) -> None:
-        """Nothing runs, and the driver stays for a job's not-before time: say so, once per time and at
-        most once a minute."""
+        """Nothing runs, and the driver stays for a not-before time: say so, once per time and at most
+        once a minute."""
         when, now = self.night.wake_at, self.clock.monotonic()
         if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
             return
@@ -409,8 +405,8 @@ class Driver:
         return timeout
 
     def _lingers(self) -> bool:
-        """With nothing running, wait for the next not-before time? A driver that does not linger
-        still waits a moment for a job being spooled right now, and out an executor's pause."""
+        """With nothing running, wait for the next not-before time? One that does not linger still waits
+        a moment for a job being spooled now, and out an executor's pause."""
         night = self.night
         if self.linger or night.paused_until is not None:
             return True
@@ -431,37 +427,36 @@ class Driver:
             queued, note = None, f"nothing was started (the queue could not be read: {err})"
         self.log.event("nothing-due", queued=queued, note=note)
 
+    def _set_window(self, now: datetime, only_timed: bool) -> None:
+        """This drain's window opens at ``now`` (until ``until``); ``only_timed``: for timed jobs only."""
+        self.window_from = now
+        self.night.window_end = window_end(now, self.until)
+        self.night.only_timed = only_timed
+
     def narrow_to_timed(self, now: datetime) -> None:
         """The window closed during a daemon's full drain that still waits for running jobs: from now on start
         the timed jobs that come due (--at, recurring runs, retries), as a drain of timed jobs would."""
-        night = self.night
-        night.only_timed = True
-        self.window_from = now
-        night.window_end = window_end(now, self.until)
+        self._set_window(now, True)
         self.log.event("timed-only", note="the window closed while jobs still run; until they end, only jobs "
                        "whose --at or recurring time comes are started")
 
     def open_window(self, now: datetime, *, why: str = "a scheduled drain time came") -> None:
         """A scheduled drain time came (or a wake, ``why``) during a timed-only drain: from now on run every job."""
-        night = self.night
-        night.only_timed = False
-        night.window_closed = False
-        self.window_from = now
-        night.window_end = window_end(now, self.until)
+        self._set_window(now, False)
+        self.night.window_closed = False
         self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
                        note=f"{why}; every queued job may run now")
 
 
 def check_capacity(config, host: str, source: str) -> None:
-    """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is
-    claimed: every job with a request would otherwise be failed as too big.
+    """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is claimed:
+    every job with a request would be failed as too big.
     Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
     if config.executor == "local":
         host_capacity(config, host, machine(), source=source)
 
 
 def take_host_lock(spool: SpoolDir, host: str, holder: str) -> locks.Lock | None:
-    """flock ``host``'s driver lock (in the spool's root-only locks/ folder) with ``holder`` written into
-    it; None if another process holds it after half a second.
-    Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks)."""
+    """flock ``host``'s driver lock with ``holder`` written into it; None if another process holds it
+    after half a second. Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened."""
     return locks.take(spool.lock_path(host), timeout=0.5, holder=holder)

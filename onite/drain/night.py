@@ -1,8 +1,4 @@
-"""What the steps of one drain share: the Night.
-
-Each step of the driver's loop takes the Night (the spool, settings, host, clock, log, queue index,
-runner and runs, and what the night has decided so far) and changes only what it is for.
-"""
+"""What the steps of one drain share: the Night, of which each step changes only what it is for."""
 
 from __future__ import annotations
 
@@ -32,10 +28,9 @@ IDENTITY_TTL = 1.0  # seconds an owner's account, as read from the system, is tr
 
 
 class JobFiles:
-    """What the driver read of queued job files: the fields eligibility needs (``meta``) of every job
-    that came up for a decision, kept per version of its file (inode, ctime, size), so that a pick
-    reads no file again that did not change; and owners' accounts, each read at most once a second
-    (a pick may judge many files of one owner)."""
+    """What the driver read of queued job files: the fields eligibility needs (``meta``), per version of
+    each file, so that a pick reads no unchanged file again; and owners' accounts, each read at most
+    once a second (a pick may judge many files of one owner)."""
 
     def __init__(self, max_size: int, clock: Clock) -> None:
         self.max_size = max_size
@@ -48,7 +43,7 @@ class JobFiles:
         return file_problem(st, max_size=self.max_size, resolve_uid=self.owner, may_settle=may_settle)
 
     def keep(self, name: str, key: tuple, job: Job) -> Meta:
-        """Keep the fields eligibility needs of ``name``'s file (version ``key``), and return them."""
+        """Keep and return the fields eligibility needs of ``name``'s file (version ``key``)."""
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1,
                     mem=job.mem, cpus=job.cpus, timeout=job.timeout)
         self.meta[name] = (key, meta)
@@ -59,8 +54,7 @@ class JobFiles:
         return cached[1] if cached and cached[0] == key else None
 
     def owner(self, uid: int) -> Identity:
-        """The account of ``uid`` (onite.exec.identity.resolve), remembered for IDENTITY_TTL seconds.
-        Raises Refused: no such account."""
+        """The account of ``uid``, remembered for IDENTITY_TTL seconds. Raises Refused: no such account."""
         now = self.clock.monotonic()
         known = self._owners.get(uid)
         if known is None or now - known[0] > IDENTITY_TTL:
@@ -75,8 +69,8 @@ class JobFiles:
 
 
 class StartLog:
-    """Logs the ``start`` of each run once its runner says it started, in the order the runs were
-    claimed (whichever monitor spoke first), and always before its end."""
+    """Logs the ``start`` of each run once its runner says it started, in claim order, always before
+    its end."""
 
     def __init__(self, log: ActivityLog) -> None:
         self.log = log
@@ -86,8 +80,8 @@ class StartLog:
         self._unlogged.append(run)
 
     def flush(self, *, until: Run | None = None) -> None:
-        """Log the starts said so far, in claim order. ``until``: a run that has ended, whose start is
-        logged now (if it started), with those of the runs claimed before it that have started."""
+        """Log the starts said so far, in claim order. ``until``: a run that ended, whose start (if any)
+        is logged now, with those claimed before it that have started."""
         if until is None:
             while self._unlogged and self._unlogged[0].announced:
                 self.write(self._unlogged.pop(0))
@@ -100,7 +94,6 @@ class StartLog:
         self._unlogged = [r for r in self._unlogged[:index] if not r.announced] + self._unlogged[index + 1:]
 
     def write(self, run: Run) -> None:
-        """The ``start`` line (its run id's last part counts this driver's claims)."""
         self.log.event("start", run.name, user=run.owner.name, priority="urgent" if run.rank == 0 else run.rank,
                        attempt=run.attempt, pid=run.pgid, slurm=run.external_id, run=run.run_id,
                        backfilled="yes: it cannot delay the job that waits for room" if run.backfilled else None,
@@ -155,7 +148,7 @@ class Night:
         return self.spool.running_dir(self.host)
 
     def count(self, result: Result) -> None:
-        """A job was filed: count it tonight and in the host's counters (onite.drain.metrics)."""
+        """A job was filed: count it tonight and in the host's counters."""
         self.counts[str(result.state)] += 1
         self.metrics.filed(result)
 
@@ -165,7 +158,7 @@ class Night:
         self.jobs.meta.pop(cand.name, None)
 
     def usage(self) -> dict[str, float]:
-        """Each user's running time this drain: their ended runs' and their running runs' so far."""
+        """Each user's running time this drain, their running runs' so far included."""
         used = dict(self.used)
         now = self.clock.monotonic()
         for run in self.running.values():
@@ -177,8 +170,7 @@ class Night:
         return not (self.stopping or self.hard_stop or self.cannot_record)
 
     def note_wake(self, when: datetime) -> None:
-        """Something may become startable at ``when`` (a not-before time, a settling file): wake then,
-        if that is tonight."""
+        """Something may become startable at ``when``: wake then, if that is tonight."""
         if self.window_end is not None and when >= self.window_end:
             return  # not tonight
         if self.wake_at is None or when < self.wake_at:
