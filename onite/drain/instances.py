@@ -47,8 +47,8 @@ _GAP = object()  # where one owner has no more items
 
 @dataclass
 class _Template:
-    """A recurring-job template as last read: its rule and next fire time, not its job, which is read
-    again when it fires (users' templates would otherwise sit in root's memory for the daemon's life)."""
+    """A template as last read: its rule and next fire, not its job, which is read again when it fires
+    (users' templates would otherwise sit in root's memory for the daemon's life)."""
 
     key: tuple[int, int, int]  # inode, ctime, size: a changed file is read again
     uid: int
@@ -59,17 +59,17 @@ class _Template:
 
 
 class RecurScheduler:
-    """Spools due instances. The daemon keeps one for its life (it reads a template again only when
-    it changed); ``onite run`` uses one once. ``read_budget``: the seconds one look may spend reading
-    templates (the daemon's loop must not stall); the rest wait for the next looks, one owner's after
-    another's, so that no user's many large templates delay anyone else's. None: read them all."""
+    """Spools due instances; the daemon keeps one for its life, ``onite run`` uses one once.
+    ``read_budget``: the seconds one look may spend reading templates (the daemon's loop must not stall);
+    the rest wait for the next looks, one owner's after another's, so that no user's many large
+    templates delay anyone else's. None: read them all."""
 
     def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock: Clock = SYSTEM,
                  read_budget: float | None = None) -> None:
         self.spool = spool
         self.log = log
         self.euid = os.geteuid() if euid is None else euid
-        self.clock = clock  # paces the looks at recur/
+        self.clock = clock
         self.read_budget = read_budget
         self._looks = 0  # which owner's templates are read first at a look (each owner in turn)
         self.templates: dict[str, _Template] = {}
@@ -77,12 +77,12 @@ class RecurScheduler:
         self._refused: dict[str, tuple] = {}  # name → the version of it refused (read and logged once)
         self._capped: set[int] = set()  # owners whose templates beyond max_templates were logged (once a run)
         self._state: dict[str, dict] = {}
-        self._waiting: dict[str, str] = {}  # template → its run still queued or running that its fires wait for (logged)
-        self._queued_runs: dict[str, list[str]] | None = None  # template → names of its runs in the queues, running/
+        self._waiting: dict[str, str] = {}  # template → the queued or running run its fires wait for (logged)
+        self._queued_runs: dict[str, list[str]] | None = None  # template → its runs in the queues and running/
         self._withdrawn = Withdrawn(spool)  # cancel/ by name: listed afresh at each look (and once it changed)
 
     def next_fire(self) -> datetime | None:
-        """The earliest next fire over all usable templates (after ``refresh``)."""
+        """The earliest next fire of the usable templates (after ``refresh``)."""
         return min((t.next for t in self.templates.values() if t.next is not None), default=None)
 
     def refresh(self, *, force: bool = False) -> None:
@@ -122,9 +122,9 @@ class RecurScheduler:
             del self._waiting[name]
 
     def _load(self, name: str, path: Path, st: os.stat_result, *, whole: bool = False) -> tuple[_Template, Job] | None:
-        """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
-        fire: it, and its job (``whole``: all of it; else its header, which holds its rule: a body may be a sparse
-        hole of max_job_size); None if it is refused (logged once per version), settling or replaced meanwhile."""
+        """Read, check and keep the template ``name`` (``st``: as found) with its next fire; it and its job
+        (``whole``: all of it; else its header, which holds its rule: a body may be a sparse hole of
+        max_job_size); None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
         problem = template_problem(name, st, config.max_job_size, resolve, may_settle=is_settling(st, time.time_ns()))
@@ -155,9 +155,9 @@ class RecurScheduler:
         return None
 
     def _baseline(self, name: str, tpl: _Template, now: datetime) -> datetime:
-        """Fires after this time are due: the last one spooled, or the template's creation. A last one recorded
-        under a clock set back since does not count (every fire would wait for the clock to come back there):
-        the latest fire since the template's creation is due, spooled unless its run is there already."""
+        """Fires after this time are due: the last one spooled, or the template's creation. A last one
+        recorded under a clock set back since does not count (every fire would wait for the clock to come
+        back there)."""
         known = self._state.get(name, {})
         last = parse_stamp(known.get("last"))
         if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
@@ -166,10 +166,9 @@ class RecurScheduler:
         return tpl.submitted
 
     def _run_in_flight(self, name: str, fire: datetime) -> str | None:
-        """A run of this template still queued (held too) or running, for a fire up to ``fire``: its later fires
-        wait for it, one at most spooled once it ends (coalesced), never piled up behind or beside it. Found by
-        name in the queues and running/, so also one a driver killed before it saved recur.state spooled; one
-        spooled for a later fire (a clock set ahead since) holds nothing back, as in ``_baseline``."""
+        """A run of this template still queued (held too) or running, for a fire up to ``fire``: later fires
+        wait for it and are coalesced, never piled up. Found by name, so also one spooled by a driver killed
+        before it saved recur.state; one for a later fire (a clock set ahead since) holds nothing back."""
         if self._queued_runs is None:  # listed once a look
             self._queued_runs = runs_in_flight(self.spool, {name: tpl.uid for name, tpl in self.templates.items()})
         latest = instance_name(name, fire)
@@ -177,8 +176,8 @@ class RecurScheduler:
         return min(runs) if runs else None
 
     def try_spool_due(self, now: datetime) -> bool:
-        """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
-        a night); False after one."""
+        """``spool_due``, an error logged, not raised (what users put in recur/ never stops a night);
+        False after one."""
         try:
             self.spool_due(now)
             return True
@@ -204,8 +203,7 @@ class RecurScheduler:
             self._state = load_state(self.spool)
             self._withdrawn = Withdrawn(self.spool)  # what it learnt of a name is not kept for the daemon's life
             self._queued_runs = None  # listed afresh at each look, once a fire asks
-            # each fire reads its template again: a look spends at most the read budget on them, one
-            # owner's after another's, and what is left stays due for the next look
+            # each fire reads its template again, within the read budget, one owner's after another's
             for i, name in enumerate(_by_owner_in_turn([(self.templates[n].uid, n) for n in sorted(due)], self._looks)):
                 if i and self.read_budget is not None and time.monotonic() - started > self.read_budget:
                     break
@@ -230,8 +228,8 @@ class RecurScheduler:
         return spooled
 
     def _reread(self, name: str) -> tuple[_Template, Job] | None:
-        """The template ``name`` as it is now, and its job, read again as it fires; None, and it is
-        forgotten, if it is gone, refused or replaced."""
+        """The template ``name`` and its job, read again as it fires; None (forgotten) if it is gone,
+        refused or replaced."""
         self.templates.pop(name, None)
         path = self.spool.recur_dir / name
         try:
@@ -273,8 +271,7 @@ class RecurScheduler:
         return None
 
     def _write_instance(self, name: str, tpl: _Template, job: Job) -> bool | None:
-        """True: spooled. None: not spooled, and never will be (already there, or refused). False: a
-        write error; try again later."""
+        """True: spooled. None: never will be (already there, or refused). False: a write error, for later."""
         try:
             owner = resolve(tpl.uid)
         except Refused as err:
@@ -288,8 +285,7 @@ class RecurScheduler:
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
         try:
-            # a forgery at the run's key, put back as soon as it is moved aside, is swapped out in the
-            # same step as the run is written
+            # a forgery at the run's key is swapped out as the run is written: moved aside first, it could be put back
             displaced = create_displacing(folder, job.name, encode(job), tpl.uid, mode=0o600, owner=(tpl.uid, tpl.gid))
         except Refused:
             self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
@@ -326,8 +322,8 @@ MAX_GONE = 10_000  # entries of recur.state kept for templates no longer in recu
 
 
 def _kept_state(state: dict[str, dict], present: set[str]) -> dict[str, dict]:
-    """The entries of recur.state to keep: every present template's, and the latest MAX_GONE of those
-    gone (a template moved out of recur/ and back must find its last fire, or it would spool it again)."""
+    """The entries of recur.state to keep: every present template's, and the latest MAX_GONE of those gone
+    (a template moved out of recur/ and back must find its last fire, or it would spool it again)."""
     gone = sorted((name for name in state if name not in present), key=lambda name: str(state[name].get("last")),
                   reverse=True)
     kept = set(gone[:MAX_GONE]) | present
@@ -335,8 +331,7 @@ def _kept_state(state: dict[str, dict], present: set[str]) -> dict[str, dict]:
 
 
 def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
-    """``items`` ((owner's uid, item), in name order) taken one owner's after another's; the owner who
-    goes first changes with each ``look``."""
+    """``items`` ((owner's uid, item)) taken one owner's after another's; who goes first changes with ``look``."""
     queues: dict[int, list] = {}
     for uid, item in items:
         queues.setdefault(uid, []).append(item)
@@ -347,9 +342,9 @@ def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
 
 
 def _coalesced(rule, since: datetime, fire: datetime) -> str | None:
-    """What the log says of the fires in (since, fire) coalesced into ``fire``: how many, counted one at a time (at
-    most 10,000) back to COUNT_BACK before it. ``since`` may be a template's ``submitted``, its owner's word, and a
-    cron rule's count asks croniter about each day: from 1900, 10,000 days, seconds of root's drain a template."""
+    """What the log says of the fires in (since, fire) coalesced into ``fire``: how many, counted (at most
+    10,000) back to COUNT_BACK before it. ``since`` may be a template's ``submitted``, its owner's word: from
+    1900, a cron rule's count would cost seconds of root's drain."""
     start = max(since, fire - COUNT_BACK)
     earlier = takewhile(lambda at: at < fire, fires_after(rule, start.astimezone(fire.tzinfo)))
     missed = sum(1 for _ in islice(earlier, 10_000))
