@@ -1,8 +1,8 @@
 """The driver's side of cancelling: file the jobs users withdrew, honour the requests they left.
 
-In cancel/, a non-empty file is a job its owner withdrew: it is filed as cancelled. An empty
-NAME@TOKEN is a request, honoured if its owner may cancel NAME: a running job is stopped, a queued
-one withdrawn; one for a job on another host is left for that host's driver, for a day at most.
+In cancel/, a non-empty file is a withdrawn job, filed as cancelled. An empty NAME@TOKEN is a request,
+honoured if its owner may cancel NAME: a running job is stopped, a queued one withdrawn; one for a job
+on another host is left for that host's driver, for a day at most.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class CancelInbox:
         name, own_only = request.name, night.config.own_only
         run = night.running.get(name)
         if run is None and name in night.ended:
-            # it ended, not filed yet: kept until it is (the driver looks again then), for a retry it is filed with
+            # it ended, not filed yet: kept (and looked at again) until it is, for a retry it is filed with
             self._mtime = -1
             return
         if run is not None:

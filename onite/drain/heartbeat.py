@@ -1,11 +1,9 @@
 """SPOOL/driver.HOST.state: the heartbeat by which every user can tell whether HOST's driver is alive.
 
-The lock holder writes it (world-readable; the lock is not) when it takes the lock, on every change
-and every BEAT_EVERY seconds, and marks it ``exited`` as it lets go. It proves a live driver only
-with its process: on its machine, pid, start time and boot id must match; from another machine, it
-must be fresh (STALE_AFTER). Only the spool's owner writes there; every field is still checked.
-``onite run`` that finds the lock held by an idle daemon, and ``onite daemon --wake``, hand it the
-drain (``request_wake``).
+The lock holder writes it (world-readable; the lock is not) as it takes the lock, on every change and
+every BEAT_EVERY seconds, and marks it ``exited`` as it lets go. It proves a live driver only with its
+process: on its machine, pid, start time and boot id must match; from another, it must be fresh
+(STALE_AFTER). Only the spool's owner writes there; every field is still checked.
 """
 
 from __future__ import annotations
@@ -29,9 +27,8 @@ from onite.spool.paths import HEARTBEAT, SpoolDir
 FORMAT = 1
 BEAT_EVERY = 30.0  # seconds between rewrites while nothing changes
 STALE_AFTER = 120.0  # a heartbeat from another machine not updated for this long is a dead driver
-# a heartbeat not updated for this long is a host gone for good, no longer one that may run a job (spool_hosts):
-# every drain rewrites it, so a host drained at least weekly (cron's coarsest schedule short of monthly) keeps
-# counting; one drained more rarely, or down longer for repairs, counts while onite.toml names it in [hosts.NAME]
+# a heartbeat not updated for this long is a host gone for good (spool_hosts): every drain rewrites it, so a host
+# drained weekly keeps counting; one drained more rarely counts while onite.toml names it in [hosts.NAME]
 RETIRED_AFTER = 8 * 86400.0
 
 
@@ -144,9 +141,8 @@ def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
 
 
 def recovered(spool: SpoolDir, host: str, now: datetime) -> None:
-    """``onite recover --host HOST`` has recovered every claim HOST's dead driver left: its heartbeat says it exited
-    (``ended`` now; ``updated`` kept, so HOST stays a host of the spool as long as before: spool_hosts), so that
-    status stops warning that it died and naming starting it again as the fix."""
+    """``onite recover --host HOST`` recovered every claim HOST's dead driver left: its heartbeat says it exited
+    (``updated`` kept: HOST stays a host of the spool as long as before), so status stops warning it died."""
     beat = read(spool, host)
     if beat is not None and beat.host == host and beat.state != BeatState.EXITED and not is_alive(beat, now):
         replace_file(spool.state_path(HEARTBEAT, host),
@@ -155,8 +151,8 @@ def recovered(spool: SpoolDir, host: str, now: datetime) -> None:
 
 
 def driver_gone(spool: SpoolDir, host: str, now: datetime) -> str:
-    """"" while ``host``'s driver is alive at ``now`` (is_alive); else what that means for a job claimed there, and
-    what recovers it: the one wording of status, wait, report and cancel (each says its job's name before it)."""
+    """"" while ``host``'s driver is alive at ``now``; else what that means for a job claimed there, and what
+    recovers it: the one wording of status, wait, report and cancel (each says its job's name before it)."""
     beat = read(spool, host)
     if beat is not None and beat.host == host and is_alive(beat, now):
         return ""
@@ -165,9 +161,9 @@ def driver_gone(spool: SpoolDir, host: str, now: datetime) -> str:
 
 
 def spool_hosts(spool: SpoolDir, now: datetime, *, but: str | None = None) -> dict[str, tuple[int | None, int | None]]:
-    """Every host of the spool at ``now`` (``but`` that one), each with its machine's memory and CPUs ((None, None):
-    another machine's, unknown here), for onite.core.resources.never_fits: this machine's own host, each named by
-    ``[hosts.NAME]`` in onite.toml, and each whose driver has drained the spool (its heartbeat) within RETIRED_AFTER."""
+    """Every host of the spool at ``now`` (``but`` that one) with its machine's memory and CPUs ((None, None):
+    unknown here), for onite.core.resources.never_fits: this machine's host, each ``[hosts.NAME]``, and each
+    whose driver has drained the spool within RETIRED_AFTER."""
     from onite.exec.limits import machine
     from onite.spool.settings import default_host
 
@@ -185,9 +181,8 @@ def draining_hosts(spool: SpoolDir, now: datetime) -> list[str]:
 
 
 def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
-    """Hand a drain to HOST's idle daemon (its heartbeat ``beat``): leave the request ``locks/wake.HOST``,
-    which the daemon takes on its next look, then USR2 it to cut its sleep short if it runs on this
-    machine. False if the request cannot be left (only the spool's owner may write locks/).
+    """Hand a drain to HOST's idle daemon (heartbeat ``beat``): leave ``locks/wake.HOST`` for its next look,
+    and USR2 it if it runs on this machine. False if the request cannot be left (only the spool's owner may).
     Raises Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's."""
     if not leave_wake(spool, host):
         return False
@@ -264,8 +259,7 @@ class Heartbeat:
             self.beat()
 
     def close(self) -> None:
-        """The lock is about to be let go: say so; where that cannot be written (a full disk), remove
-        the heartbeat instead, which needs no room."""
+        """The lock is about to be let go: say so, or (a full disk) remove the heartbeat, which needs no room."""
         self.beat(state=BeatState.EXITED, ended=self.clock.now())
         if self._failed:
             remove_file(self.path)

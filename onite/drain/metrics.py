@@ -1,9 +1,8 @@
 """A spool's Prometheus metrics (docs/admin-guide.md, "Metrics"), built from its files with prometheus-client.
 
-Gauges say what the folders and heartbeats say now; counters come from each host's
-metrics.HOST.state (onite.spool.counters), which retention never touches, so they only grow. Labels
-are host, priority, outcome and, with ``metrics_users``, user: never a job's name. ``Metrics`` is the
-driver's side: it counts what the driver files and writes ``metrics_file``; a failure there is one
+Gauges say what the folders and heartbeats say now; counters come from each host's metrics.HOST.state
+(onite.spool.counters), which retention never touches. Labels are host, priority, outcome and, with
+``metrics_users``, user: never a job's name. ``Metrics`` is the driver's side; a failure there is one
 ``metrics-failed`` line, and the night goes on.
 """
 
@@ -41,10 +40,9 @@ class _Families:
 
 def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: dict[str, Counters],
               leaving: str | None = None):
-    """A collector of the spool's metrics as ``euid`` may see them (a job file is
-    read, to tell whether the job waits, only by its owner and root), the waits as ``host`` sees them.
-    ``counters``: every host's. ``leaving``: a host whose driver is exiting, so no longer up.
-    Raises SpoolIOError: a folder cannot be listed."""
+    """A collector of the spool's metrics as ``euid`` may see them (only a job's owner and root read its
+    file, to tell whether it waits), the waits as ``host`` sees them. ``counters``: every host's.
+    ``leaving``: a host whose driver is exiting, so no longer up. Raises SpoolIOError: a folder cannot be listed."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 
@@ -141,11 +139,10 @@ def metrics_text(spool: SpoolDir, now: datetime) -> str:
 
 
 class Metrics:
-    """The side of whoever files results (a driver; root cancelling a queued job): what it counts is
-    added to its host's counters at each ``flush``, and a driver's ``tick`` flushes and writes
-    ``metrics_file`` at most every MIN_EVERY seconds, or at once (``final``): one update of the
-    counters a second, not one a job. What could not be saved (a full disk) is kept, shown in the
-    file all the same, and saved at a later flush."""
+    """The side of whoever files results (a driver; root cancelling a queued job): what it counts goes to
+    its host's counters at each ``flush``; a driver's ``tick`` flushes and writes ``metrics_file`` at most
+    every MIN_EVERY seconds (one update a second, not one a job). What could not be saved (a full disk) is
+    shown all the same, and saved at a later flush."""
 
     def __init__(self, spool: SpoolDir, host: str, log, clock) -> None:
         self.spool, self.host, self.log, self.clock = spool, host, log, clock

@@ -1,8 +1,8 @@
 """What will start the next drain of a spool, so that no command promises a run that will not happen.
 
-A live daemon, the enabled systemd timer where systemd runs, or a cron entry ``onite cron
---install`` wrote where a cron daemon runs; found by reading files only, so it works for every
-user. What looks as if it would start a drain but will not is a *problem*, said in words.
+A live daemon, the enabled systemd timer where systemd runs, or a cron entry ``onite cron --install``
+wrote where a cron daemon runs; found from files only, for every user. What looks as if it would start
+a drain but will not is a *problem*, said in words.
 """
 
 from __future__ import annotations
@@ -169,9 +169,8 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
 
 
 def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | None = None) -> str:
-    """The one command that schedules drains of ``spool``, said to whoever asks (``cron_dead``: its
-    entry is in a crontab here, but no cron daemon runs to read it; ``daemon_dead``: the host whose
-    daemon died without exiting)."""
+    """The one command that schedules drains of ``spool``, for whoever asks (``cron_dead``: no cron daemon
+    runs to read its entry here; ``daemon_dead``: the host whose daemon died without exiting)."""
     own = os.access(spool.root, os.W_OK)
     if daemon_dead is not None:
         where = "" if daemon_dead == default_host(config) else f" on host {daemon_dead}"
@@ -190,9 +189,8 @@ def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | No
 
 
 def can_run(spool, job, now: datetime):
-    """Whether a host of the spool could ever run ``job``'s request (onite.core.resources.never_fits, the rule of
-    submit, the driver and list), as a function of the host's name: a drain on a host too small never starts it
-    (submit and wait say so)."""
+    """Whether a host of the spool could ever run ``job``'s request (never_fits, the rule of submit, the driver
+    and list), as a function of the host's name."""
     need = request_of(job.mem, job.cpus)
     if spool.config.executor != "local" or not (need.mem or need.cpus):
         return lambda host: True

@@ -2,11 +2,10 @@
 
 A candidate's file must be one a root driver may trust, its owner a real account, an urgent job an
 admin's; the fields eligibility needs are read once per version of its file. A job that waits for a
-reason that lasts (held, pinned elsewhere) is parked in the queue index, so that thousands of held
-jobs cost nothing per pick. A file that can never run is refused or failed. A ready job must fit
-what this host has free (local executor only), by onite.core.admission.admit, the rule ``onite
-list`` and ``onite status`` go by too: in strict order the first job that does not fit waits and
-nothing behind it starts; with ``backfill`` a later job may pass it where that cannot delay it.
+reason that lasts (held, pinned elsewhere) is parked in the queue index. A file that can never run is
+refused or failed. A ready job must fit what this host has free (local executor only), by
+onite.core.admission.admit: in strict order nothing passes the first job that does not fit; with
+``backfill`` a later job may where that cannot delay it.
 """
 
 from __future__ import annotations
@@ -83,8 +82,7 @@ class Picker:
         self._capacity: Need | None = None
         self._room: Room | None = None  # what the running jobs leave, measured once per pick
         self._head: Head | None = None  # the first job of this pick that waits for room
-        self._others: dict | None = None  # the spool's other hosts, read once per pick (a flood of jobs too big
-        # for this host, each of its own size, costs one look at the heartbeats, not one per size)
+        self._others: dict | None = None  # the spool's other hosts, read once per pick, not once per job
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
         self.withdrawn = Withdrawn(night.spool)  # cancel/ by name, listed again once it changed
@@ -125,7 +123,7 @@ class Picker:
 
     def _look(self, cand: Candidate) -> Inspection | None:
         """``inspect`` a candidate, guarded: None if its claim is here (a second one waits) or the guard
-        set it aside (what goes wrong with it is never retried)."""
+        set it aside."""
         night = self.night
         if cand.name in night.running or cand.name in night.ended:
             return None
@@ -137,9 +135,8 @@ class Picker:
         return seen
 
     def _claimed_elsewhere(self, name: str) -> bool:
-        """Is ``name`` claimed on another host by a run that has not ended, as its run record (root's) says? Its
-        owner may copy a running job back into a queue. A claim whose run ended holds nothing back: the retry
-        its driver spooled before it died runs."""
+        """Is ``name`` claimed on another host by a run that has not ended, as its run record (root's) says?
+        Its owner may copy a running job back into a queue. A claim whose run ended holds back no retry."""
         night = self.night
         for entry in find_running(night.spool, name):
             if entry.host != night.host:
@@ -149,9 +146,9 @@ class Picker:
         return False
 
     def fail_cycles(self) -> bool:
-        """Fail each queued job that waits for itself through other queued jobs (a cycle made through another
-        user's job, which submit cannot read, or by two edits at once): no pick would ever start it. Looked for
-        when a drain has nothing left it can start; True if one was failed (what waits for it fails next)."""
+        """Fail each queued job that waits for itself through other queued jobs (made through another user's
+        job, which submit cannot read, or by two edits at once), when nothing else can start; True if one was
+        failed (what waits for it fails next)."""
         night = self.night
         waiting: dict[str, tuple[Candidate, Inspection]] = {}
         for cand in list(night.index.candidates()):
@@ -166,8 +163,8 @@ class Picker:
         return bool(found)
 
     def _fits_elsewhere(self, need: Need) -> bool:
-        """Could another host of the spool run a job of ``need``? (Where onite.toml leaves no host that fits
-        anything, the config stops the job, not its request: it stays queued.)"""
+        """Could another host of the spool run a job of ``need``? (A config that fits nothing anywhere
+        stops the job, not its request: it stays queued.)"""
         night = self.night
         if self._others is None:
             self._others = hb.spool_hosts(night.spool, night.clock.now(), but=night.host)
@@ -200,7 +197,7 @@ class Picker:
         return said
 
     def _in_order(self, cands):
-        """The candidates in the order the spool's ``order`` takes them (onite.core.queue.fair_order)."""
+        """The candidates in the spool's ``order``."""
         if self.night.config.order != "fair":
             return cands
         used = self.night.usage()
@@ -291,10 +288,9 @@ class Picker:
         return Inspection(Look.OK, st, night.jobs.keep(cand.name, key, job))
 
     def _settling_problem(self, cand: Candidate, st: os.stat_result) -> str | Settling:
-        """A queued file with a second link: a submit between its link and its unlink (no renameat2),
-        for a moment only, counted from when this driver first saw it (its owner can keep its ctime
-        fresh). After SETTLE_LIMIT the submit has died: its own dot-name beside it is removed (the job
-        was complete when linked); any other second link is refused."""
+        """A queued file with a second link: a submit between its link and its unlink (no renameat2), for
+        SETTLE_LIMIT from when this driver first saw it (its owner can keep its ctime fresh). After that the
+        submit has died: its own dot-name is removed (the job was whole when linked); any other link is refused."""
         key = (st.st_dev, st.st_ino)
         first = self._settling.setdefault(key, self.night.clock.monotonic())
         if len(self._settling) > 1000:
@@ -315,9 +311,8 @@ class Picker:
         return f"has {st.st_nlink} hard links"
 
     def dependency(self, key: str) -> DepState:
-        """Where the dependency ``key`` stands: this driver's runs first (one that ended with status 0 and
-        is not filed yet is done; any other waits for its filing: a retry, a cancel), then the spool's answer
-        (onite.spool.deps)."""
+        """Where the dependency ``key`` stands: this driver's runs first (one that ended with status 0, not
+        filed yet, is done; any other waits for its filing), then the spool's answer (onite.spool.deps)."""
         if key in self.night.ended:
             return DepState.OK if self.night.ended[key].state is JobState.DONE else DepState.PENDING
         owner = key_uid(key)

@@ -19,7 +19,7 @@ class SignalCatcher:
 
     def __init__(self, sink: list[int], *, leaving: bool = False) -> None:
         """``leaving``: the process ends after this catcher: its signals are then ignored, not given back
-        to their default, so that one that comes once the driver has logged its exit cannot kill it."""
+        to their default, so that one that comes after the driver logged its exit cannot kill it."""
         self.sink = sink
         self.leaving = leaving
         self.saved: dict[int, object] = {}

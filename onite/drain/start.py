@@ -1,8 +1,7 @@
 """Starting a picked job: its run record, then its claim (one rename into running/HOST/), then the executor.
 
-The record comes first, where only root writes, so a claim never exists without one (a claim
-without a readable record is damage). Whoever renames first owns the job, so no two drivers start
-it; a claim that fails takes its record with it; the claimed file is checked again.
+The record comes first, where only root writes, so a claim never exists without one. Whoever renames
+first owns the job; a claim that fails takes its record with it; the claimed file is checked again.
 """
 
 from __future__ import annotations
@@ -48,8 +47,8 @@ class Starter:
         return True
 
     def start(self, picked: Picked) -> None:
-        """Record, claim and start the job ``picked``, held to what it was admitted with; a failure is
-        filed, refused or put back."""
+        """Record, claim and start ``picked``, held to what it was admitted with; a failure is filed,
+        refused or put back."""
         cand, night = picked.cand, self.night
         try:
             job, _ = read_job_file(cand.path, night.jobs.max_size)
@@ -120,10 +119,9 @@ class Starter:
         return True
 
     def _take_edits(self, name: str, job: Job, st: os.stat_result, picked: Picked, target) -> Job | None:
-        """The claimed job with the edits of it its owner or root made (onite.spool.edits), taken and written
-        into the claimed file; None if one came after the pick and changes what the pick went by (its
-        request, time limit, not-before time or dependencies): the job goes back in its queue, edited, for
-        the next pick to judge (it loses its place: the edit met the claim)."""
+        """The claimed job with its edits (onite.spool.edits) taken and written into the claimed file; None
+        if one came after the pick and changes what the pick went by (request, time limit, not-before time,
+        dependencies): the job goes back in its queue, edited, for the next pick to judge."""
         night = self.night
         edits = trusted(read_markers(night.spool.edit_dir), name)
         if not edits:
@@ -143,7 +141,6 @@ class Starter:
         return new
 
     def _hand_over(self, run: Run, record_fd: int) -> None:
-        """Have the executor start the claimed ``run``."""
         night, finisher = self.night, self.finisher
         try:
             night.runner.start(run, night.spool.output_path(run.name), append=run.job.attempt > 1,
@@ -163,9 +160,8 @@ class Starter:
         night.starts.claimed(run)  # its start is logged when its runner says it started
 
     def _as_admitted(self, name: str, job: Job, picked: Picked, *, log: bool) -> Job:
-        """The job, held to the request and time limit it was admitted with: its owner may rewrite its
-        file after the pick, and a larger request would overfill the host, a longer time limit delay
-        the job backfill promised not to."""
+        """The job, held to the request and time limit it was admitted with: its owner may rewrite its file
+        after the pick, to overfill the host or delay the job backfill promised not to."""
         need, timeout = picked.need, picked.meta.timeout
         if (job.mem or 0, job.cpus or 0, job.timeout) == (need.mem, need.cpus, timeout):
             return job
