@@ -19,10 +19,9 @@ from onite.core.clock import SYSTEM, set_back_since
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.schedule import last_fire, next_drain, plan, validate_schedule
 from onite.drain import heartbeat as hb
-from onite.drain.driver import Driver, check_capacity, take_host_lock
+from onite.drain.driver import Driver, SignalCatcher, check_capacity, take_host_lock
 from onite.drain.heartbeat import BeatState, Heartbeat, Role
 from onite.drain.instances import READ_BUDGET, RecurScheduler
-from onite.drain.signals import SignalCatcher
 from onite.spool import trust
 from onite.spool.files import replace_file
 from onite.spool.locks import take_wake

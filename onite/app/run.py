@@ -134,7 +134,7 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
     import signal
     import subprocess
 
-    from onite.drain.signals import SignalCatcher
+    from onite.drain.driver import SignalCatcher
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
     for option, value in (("--slots", slots and str(slots)), ("--until", until), ("--host", host)):

@@ -2,14 +2,17 @@
 
 ``run()`` is a whole ``onite run``: this host's lock (a second driver exits 0, or hands the drain to
 an idle daemon), the heartbeat, due recurring jobs, then ``drain()``: recovery, then the loop, whose
-steps share the Night: file what ended, honour cancels, start jobs while a slot is free, sleep until
-something happens. No job starts at or after the window's end (``until``).
+steps share the Night: act on the signals caught, file what ended, honour cancels, start jobs while a
+slot is free, sleep until something happens. No job starts at or after the window's end (``until``).
+Signals: INT or TERM: start nothing, let running jobs finish; a second one, or QUIT: kill and requeue
+them; USR1: a status line; HUP: re-read onite.toml; USR2: only wake the loop.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 from contextlib import nullcontext, suppress
 from datetime import datetime, time as dtime, timedelta
 
@@ -20,7 +23,7 @@ from onite.core.names import is_valid_key
 from onite.core.policy import window_end
 from onite.core.resources import capacity_text, host_capacity
 from onite.core.state import Stop
-from onite.drain import heartbeat as hb, signals
+from onite.drain import heartbeat as hb
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
@@ -147,7 +150,7 @@ class Driver:
         Raises SpoolError, Refused: this user may not drain the spool; ConfigError: as check_capacity."""
         trust.check_drainable(self.spool, "onite run")
         check_capacity(self.config, self.host, str(self.spool.config_path))
-        with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
+        with SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self.wakeup_fd = wakeup_fd
             lock = take_host_lock(self.spool, self.host,
                                   f"pid={self.night.pid} host={self.host} since={self.started_at.isoformat()}")
@@ -278,7 +281,7 @@ class Driver:
                        capacity=capacity_text(self.picker.capacity()) if local else None)
         night.metrics.drain_started(self.clock.now())
         # the signal catcher ``run`` installed, or one for this drain (the daemon's signals list)
-        catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else signals.SignalCatcher(self.signals)
+        catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else SignalCatcher(self.signals)
         with catcher as wakeup_fd:
             self.recovery.recover()
             try:
@@ -307,7 +310,7 @@ class Driver:
         poller.register(wakeup_fd, select.POLLIN)
         registered: set[int] = set()
         while True:
-            signals.handle(night, self.signals, self.reload)
+            self._handle_signals()
             if night.hard_stop:  # kill what runs: each goes back to its queue when it has ended
                 for run in list(night.running.values()):
                     if run.stopping != Stop.SHUTDOWN:
@@ -412,9 +415,29 @@ class Driver:
             return True
         return night.wake_at is not None and night.wake_at - self.clock.now() <= SETTLE_WAIT
 
+    def _handle_signals(self) -> None:
+        """Act on the signals caught since the last turn, in the order they came."""
+        night = self.night
+        while self.signals:
+            sig = self.signals.pop(0)
+            if sig in (signal.SIGINT, signal.SIGTERM) and not night.stopping:
+                night.stopping = True
+                night.log.event("signal", sig=signal.Signals(sig).name,
+                                action="finish running jobs, start none", running=len(night.running))
+            elif sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):  # a second INT or TERM, or QUIT
+                night.hard_stop = night.stopping = True
+                night.log.event("signal", sig=signal.Signals(sig).name, action="kill running jobs and requeue them")
+            elif sig == signal.SIGUSR1:
+                queued = night.index.counts()
+                night.log.event("status", running=",".join(sorted(night.running)) or "-", slots=night.slots,
+                                queued=sum(queued.values()), done=night.counts["done"], failed=night.counts["failed"],
+                                cancelled=night.counts["cancelled"], stopping="yes" if night.stopping else None)
+            elif sig == signal.SIGHUP:
+                self.reload()
+
     def _must_stop_now(self) -> bool:
         """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
-        signals.handle(self.night, self.signals, self.reload)
+        self._handle_signals()
         return self.night.hard_stop
 
     def _explain_idle(self) -> None:
@@ -446,6 +469,38 @@ class Driver:
         self.night.window_closed = False
         self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
                        note=f"{why}; every queued job may run now")
+
+
+class SignalCatcher:
+    """Route INT, TERM, QUIT, HUP, USR1 and USR2 into a list, and wake the driver's poll()."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+    def __init__(self, sink: list[int], *, leaving: bool = False) -> None:
+        """``leaving``: the process ends after this catcher: its signals are then ignored, not given back
+        to their default, so that one that comes after the driver logged its exit cannot kill it."""
+        self.sink = sink
+        self.leaving = leaving
+        self.saved: dict[int, object] = {}
+
+    def __enter__(self) -> int:
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        for sig in self.SIGNALS:
+            self.saved[sig] = signal.signal(sig, self._handle)
+        # `onite run --detach` starts the driver with these blocked: what came meanwhile is handled now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+        return self.read_fd
+
+    def _handle(self, signum, frame) -> None:
+        self.sink.append(signum)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, signal.SIG_IGN if self.leaving else handler)
+        signal.set_wakeup_fd(self.old_wakeup)
+        os.close(self.read_fd)
+        os.close(self.write_fd)
 
 
 def check_capacity(config, host: str, source: str) -> None:

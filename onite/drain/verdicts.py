@@ -187,8 +187,6 @@ class _Room:
         self.room = None  # onite.core.admission.Room, measured when the first ready job asks
         self.head = None  # the first job that waits for room (onite.core.admission.Head)
         self.problem = ""  # why no driver can start on this host (its capacity is empty)
-        self.others = None  # the spool's other hosts (heartbeat.spool_hosts), read when a job too big here asks
-        self.hosts = None  # all the spool's hosts, read when a job pinned elsewhere asks
 
     def _measure(self):
         config = self.spool.config
@@ -198,13 +196,18 @@ class _Room:
                                  slots=slots, source=str(self.spool.config_path))
         return room(self.host, capacity, running)
 
-    def unknown(self, pin: str) -> str:
-        """"" if ``pin`` is a host of the spool (heartbeat.spool_hosts), else what that means for a job pinned
-        to it (a misspelt, renamed or retired host)."""
-        from onite.drain.heartbeat import RETIRED_AFTER, spool_hosts  # only here: list imports no heartbeat code
+    @cached_property
+    def hosts(self) -> dict:
+        """The spool's hosts (heartbeat.spool_hosts), read once, if a job asks."""
+        from onite.drain.heartbeat import spool_hosts  # only here: list imports no heartbeat code
 
-        if self.hosts is None:
-            self.hosts = spool_hosts(self.spool, self.now)
+        return spool_hosts(self.spool, self.now)
+
+    def unknown(self, pin: str) -> str:
+        """"" if ``pin`` is a host of the spool, else what that means for a job pinned to it (a misspelt,
+        renamed or retired host)."""
+        from onite.drain.heartbeat import RETIRED_AFTER
+
         return "" if pin in self.hosts else f", which no driver drains (none has in {RETIRED_AFTER / 86400:.0f} days)"
 
     def verdict(self, name: str, mem: int | None, cpus: int | None, timeout, *, pinned: bool = False) -> tuple[str, str]:
@@ -221,13 +224,10 @@ class _Room:
         need, ends = request_of(mem, cpus), latest_end(self.now, timeout, config.kill_grace)
         said = admit(name, need, ends, self.room, self.head, backfill=config.backfill)
         if said.verdict is Admit.NEVER:
-            from onite.drain.heartbeat import spool_hosts  # only here: list imports no heartbeat code
-
-            if self.others is None and not pinned:
-                self.others = spool_hosts(self.spool, self.now, but=self.host)  # once: not one look per job
             try:
-                elsewhere = not pinned and not never_fits(config, need, self.others,
-                                                          source=str(self.spool.config_path))
+                elsewhere = not pinned and not never_fits(
+                    config, need, {host: size for host, size in self.hosts.items() if host != self.host},
+                    source=str(self.spool.config_path))
             except ConfigError as err:  # as the driver does: the config stops the job, not its request
                 return "resources", f"waits: {err.what}"
             if elsewhere:
