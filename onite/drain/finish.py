@@ -148,9 +148,9 @@ class Finisher:
             self.prune(strays=False)
 
     def _waited_for(self) -> set[str]:
-        """The keys queued jobs wait for (``--after``) among their owner's own jobs: retention keeps those
-        results, for a done dependency counts only while its result is kept. Each version of a file and its
-        edits is read once."""
+        """The keys queued jobs wait for (``--after``) among their owner's own jobs (another user's job cannot
+        keep one's results past ``keep``): retention keeps those results, for a done dependency counts only
+        while its result is kept. Each version of a file and its edits is read once."""
         night = self.night
         edits, known, waits = read_markers(night.spool.edit_dir), self._waits, {}
         for folder, name, ctime_ns in night.index.every():
