@@ -1,14 +1,10 @@
 """Every write and move of a file in a spool: all or nothing, never half a job, never a lost one.
 
-- A job's state is the folder its file is in; every change of state is one rename(2) within the
-  spool (``change_state``, checked against onite.core.state first), so a crash leaves each job in
-  exactly one state.
-- A new file is written under a dot-name in its folder, fsync'ed, then named with
-  renameat2(RENAME_NOREPLACE), or link(2) where there is none: neither replaces a file, so nobody
-  sees half a job and two jobs of one name never overwrite each other. Listings skip dot-names.
-- Order within a folder is the ctime that naming stamped (onite.core.queue): a user may edit their
-  own job file, so nothing inside it decides order, owner or rights.
-- Records the driver owns (results, heartbeats, state files) are replaced atomically (``replace_file``).
+A job's state is the folder its file is in, and every change of state is one rename(2) (``change_state``),
+so a crash leaves each job in exactly one state. A new file is written under a dot-name (which listings
+skip), fsync'ed, then named with renameat2(RENAME_NOREPLACE), or link(2) where there is none: nobody sees
+half a job and no job replaces another. Its ctime is its place in the queue (onite.core.queue). Records
+the driver owns (results, heartbeats, state files) are replaced atomically (``replace_file``).
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they ar
 
 
 def discard(path: Path | str) -> None:
-    """Unlink ``path`` if it is there, ignoring any error (a dot-name a failed write leaves)."""
+    """Unlink ``path``, ignoring any error."""
     try:
         os.unlink(path)
     except OSError:
@@ -44,8 +40,7 @@ def token() -> str:
 
 
 def create_marker(folder: Path, name: str, action: str, owner: tuple[int, int] | None = None) -> Path:
-    """Create an empty ``folder/NAME@TOKEN`` (a hold, a cancel request), mode 0644, owned by ``owner``.
-    Raises SpoolError: no such folder; SpoolIOError."""
+    """Create an empty ``folder/NAME@TOKEN`` (a hold, a cancel request), mode 0644. Raises SpoolError, SpoolIOError."""
     path = folder / f"{name}{SIDE}{token()}"
     _write_new(str(path), path, b"", 0o644, owner, False, action)
     return path
@@ -57,9 +52,8 @@ def _taken(path: Path | str) -> Refused:
 
 def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
                 owner: tuple[int, int] | None = None) -> Path:
-    """Create ``folder/name`` holding ``data``, durably, all or nothing, never replacing a file.
-
-    Raises Refused: the name exists; SpoolError, SpoolIOError: the write failed."""
+    """Create ``folder/name`` holding ``data``, durably, never replacing a file.
+    Raises Refused: the name exists; SpoolError, SpoolIOError."""
     tmp = write_unnamed(folder, name, data, mode, owner, durable=True)
     _link_name(tmp, folder, name)
     fsync_dir(folder)
@@ -68,13 +62,10 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
 
 def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
                       owner: tuple[int, int] | None = None, durable: bool = True) -> str | None:
-    """Create ``folder/name`` for ``uid``'s job ``name`` (its key: a retry, a recurring run): a forgery
-    there (another user's file) is exchanged with it in one step (RENAME_EXCHANGE), so no one can keep
-    the key by putting a file back as it is moved aside. Returns the displaced file's new path (a
-    dot-name, for the caller to set aside), or None.
-
-    Raises Refused: ``uid``'s own file has the name, or it cannot be exchanged (NFS) or kept
-    changing; SpoolIOError: the write failed."""
+    """Create ``folder/name``, ``uid``'s job (a retry, a recurring run): a forgery at the name is exchanged
+    with it in one step (RENAME_EXCHANGE), so no one can keep the key by putting a file back as it is moved
+    aside. Returns the forgery's new path (a dot-name, for the caller to set aside), or None.
+    Raises Refused: ``uid``'s own file has the name, or a forgery cannot be exchanged (NFS); SpoolIOError."""
     tmp = write_unnamed(folder, name, data, mode, owner, durable=durable)
     final = f"{folder}/{name}"
     try:
@@ -114,13 +105,10 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
 def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
     """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does; return how many.
 
-    An fsync per file would cost more than the rest of a submit, so each chunk is written under
-    dot-names, made durable together, then named in order (ctimes never decrease); each folder is
-    fsync'ed once at the end. On an error the files named stay and the other dot-names go; a write
-    that fails (a full disk) still lets the files written before it be named.
-
-    Raises Refused: a name exists; SpoolError, SpoolIOError: a write failed (``created`` on the
-    error: how many were made before it)."""
+    An fsync each would cost more than the rest of a submit, so each chunk is written under dot-names,
+    made durable together, then named in order (ctimes never decrease). On an error the files named stay
+    (those written before a failed write are named first) and the other dot-names go.
+    Raises Refused, SpoolError, SpoolIOError, with ``created``: how many were made before it."""
     written = 0
     folders: dict[Path, None] = {}
     pending: deque[tuple[str, Path, str]] = deque()  # (tmp path, folder, name) written, not yet named
@@ -151,7 +139,7 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
 
 
 def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
-    """Flush the written files together, then name each in turn, taking it off ``pending``."""
+    """Flush the written files together, then name each, taking it off ``pending``."""
     if pending:
         _make_durable([tmp for tmp, _, _ in pending])
         while pending:
@@ -169,8 +157,8 @@ def write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[
 
 def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool,
                action: str) -> None:
-    """Create ``path`` (the file ``shown``, or its dot-name), never through a link or over a file, holding
-    ``data``; on any failure (an interrupt too) it is removed. Raises SpoolError: no folder; SpoolIOError."""
+    """Create ``path`` (``shown`` or its dot-name) holding ``data``, never through a link or over a file;
+    removed on any failure. Raises SpoolError: no folder; SpoolIOError."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
@@ -178,7 +166,7 @@ def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int,
     except OSError as err:
         raise SpoolIOError(shown, action, err) from None
     written = False
-    try:  # its owner, data and mode (whatever the umask made of it)
+    try:
         if owner is not None:
             os.fchown(fd, *owner)
         write_all(fd, data)
@@ -218,8 +206,8 @@ def _make_durable(paths: list[str]) -> None:
 
 
 def _link_name(tmp: str, folder: Path, name: str) -> None:
-    """Give the dot-name its name, never replacing a file: RENAME_NOREPLACE, else link then unlink (a
-    driver that sees the second link waits: filecheck.SETTLING). Raises Refused, SpoolIOError."""
+    """Name the dot-name without replacing a file: RENAME_NOREPLACE, else link then unlink (a driver that
+    sees the second link waits: filecheck.SETTLING). Raises Refused, SpoolIOError."""
     final = folder / name
     try:
         if rename_noreplace(tmp, str(final)):
@@ -246,8 +234,7 @@ def _libc(name: str):
 
 
 def _renameat2(src: str, dst: str, flags: int) -> bool:
-    """renameat2(2): True if done, False where it cannot be done (no renameat2 in the C library, or a file
-    system without ``flags``). Raises OSError."""
+    """renameat2(2): True if done, False where the C library or file system has no such call. Raises OSError."""
     call = _libc("renameat2")
     if call is None:
         return False
@@ -291,8 +278,8 @@ def fsync_dir(folder: Path) -> None:
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
                  durable: bool = False) -> None:
-    """Write ``path`` atomically, replacing it: a new dot-name no one can guess or plant (``write_unnamed``),
-    then a rename; ``durable``: flushed before the rename. Raises SpoolError: no folder; SpoolIOError."""
+    """Replace ``path`` atomically: a dot-name no one can guess or plant, then a rename; ``durable``: flushed
+    first. Raises SpoolError: no folder; SpoolIOError."""
     tmp = write_unnamed(path.parent, path.name, data, mode, owner, durable=durable)
     try:
         os.rename(tmp, path)
@@ -302,10 +289,8 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
 
 
 def move_file(src: Path, dst: Path, action: str) -> None:
-    """One atomic rename within the spool.
-
-    Raises NotFound: ``src`` is gone (another driver or a cancel got there first); SpoolError: a folder
-    of the spool is missing; SpoolIOError."""
+    """One rename within the spool. Raises NotFound: ``src`` is gone (another driver or a cancel got
+    there first); SpoolError: a folder of the spool is missing; SpoolIOError."""
     try:
         os.rename(src, dst)
     except FileNotFoundError:
@@ -318,8 +303,7 @@ def move_file(src: Path, dst: Path, action: str) -> None:
 
 
 def change_state(name: str, old, new, src: Path, dst: Path, action: str) -> None:
-    """The one rename that moves job ``name`` from state ``old`` to ``new``: every change of state goes here.
-
+    """The rename of job ``name`` from state ``old`` to ``new``: every change of state goes here.
     Raises InvalidTransition: no edge of onite.core.state (nothing moved); else as move_file."""
     from onite.core.state import check_transition  # not at import: a submit never changes a state
 

@@ -1,9 +1,7 @@
-"""Looking at a spool's folders without reading a file: entries, the queued jobs in queue order (held ones
-marked), claims, the cancel inbox, live names.
+"""A spool's folders looked at without reading a file: queued jobs in queue order, claims, the cancel inbox.
 
-Nothing here opens a job file: other users' jobs are private, and a listing of 100,000 jobs must
-not open 100,000 files. A name that is no job name (a write in progress, a side file, whatever a
-user planted) is never an entry; the driver's queue index finds those and moves them aside.
+No job file is opened: other users' jobs are private, and 100,000 of them must not cost 100,000 opens.
+A name that is no job name is never an entry (the driver's queue index moves those aside).
 """
 
 from __future__ import annotations
@@ -57,14 +55,13 @@ def key_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
     for entry in listing(folder):
         if is_valid_key(entry.name):
             try:
-                st = entry.stat(follow_symlinks=False)
+                yield entry, entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # claimed or cancelled while we looked
-            yield entry, st
 
 
 def job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
-    """``key_stats`` owned by the key's user; a forgery is left for the driver to set aside. Raises SpoolIOError."""
+    """``key_stats`` owned by the key's user (a forgery is the driver's to set aside). Raises SpoolIOError."""
     return ((entry, st) for entry, st in key_stats(folder) if st.st_uid == key_uid(entry.name))
 
 
@@ -122,8 +119,8 @@ class Marker(Record):
 
 
 def read_markers(folder: Path) -> dict[str, list[Marker]]:
-    """The markers in ``folder`` (hold/, edit/) by job name, oldest first; none if it is missing. Anyone may
-    add one to these sticky folders: whose it is decides whether it counts. Raises SpoolIOError."""
+    """The markers in ``folder`` (hold/, edit/) by job name, oldest first. Anyone may add one to these sticky
+    folders: whose it is decides whether it counts. Raises SpoolIOError."""
     found: dict[str, list[Marker]] = {}
     for name, entry, st in token_entries(folder):
         if stat.S_ISREG(st.st_mode):
@@ -134,7 +131,7 @@ def read_markers(folder: Path) -> dict[str, list[Marker]]:
 
 
 def held_by(holds: dict[str, list[Marker]], name: str, uid: int) -> bool:
-    """Does a marker of ``uid`` or of root in ``holds`` (hold/, read_markers) hold ``uid``'s queued job ``name``?"""
+    """Does a marker of ``uid`` or root in ``holds`` (hold/, read_markers) hold ``uid``'s job ``name``?"""
     return any(owner_or_root(marker.uid, uid) for marker in holds.get(name, ()))
 
 
@@ -160,8 +157,8 @@ def queued_folder_stats(spool: SpoolDir, used: dict[str, float] | None = None
 
 
 def find_queued(spool: SpoolDir, name: str, holds: dict[str, list[Marker]] | None = None) -> list[Entry]:
-    """The queued files of job ``name`` (a key; normally one), each ``held`` if a marker holds it; a
-    forgery at the key is none. ``holds``: hold/ as the caller read it (read_markers), else it is read here if needed."""
+    """The queued files of job ``name`` (a key; normally one, a forgery none), each ``held`` if a marker holds
+    it. ``holds``: hold/ as the caller read it, else read here if needed."""
     uid = key_uid(name)
     found = [entry for rank, folder in spool.queue_folders()
              if (entry := stat_entry(folder, name, rank=rank)) and entry.uid == uid]
@@ -175,9 +172,8 @@ def find_queued(spool: SpoolDir, name: str, holds: dict[str, list[Marker]] | Non
 
 def live_entries(spool: SpoolDir, name: str, *,
                  holds: dict[str, list[Marker]] | None = None) -> tuple[str | None, list[Entry]]:
-    """Where job ``name`` (a key) is: "queued", "held" (every queued file of it is held), "running", or
-    None; and its files there. The queue is looked at before running/, so a job claimed meanwhile is found.
-    Raises SpoolIOError: a folder cannot be looked into."""
+    """Where job ``name`` (a key) is: "queued", "held" (every queued file of it), "running", or None; and its
+    files there. The queue is looked at first, so a job claimed meanwhile is found. Raises SpoolIOError."""
     queued = find_queued(spool, name, holds)
     if queued:
         return "held" if all(e.held for e in queued) else "queued", queued
@@ -192,15 +188,13 @@ def cancel_inbox(spool: SpoolDir) -> list[Entry]:
 
 
 def withdrawn_entries(spool: SpoolDir) -> list[Entry]:
-    """Jobs withdrawn from their queue that no driver has filed yet (not a forgery: its key's user's)."""
+    """Jobs withdrawn from their queue that no driver has filed yet (forgeries left out)."""
     return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode) and e.uid == key_uid(e.name)]
 
 
 class Withdrawn:
-    """cancel/ listed once, when first asked, and the withdrawers of a name looked up once each.
-
-    Anyone may fill cancel/: a look that explains 200 jobs costs one listing of it, not 200.
-    """
+    """cancel/ listed once, when first asked, and the withdrawers of each name looked up once: anyone may
+    fill cancel/, so a look that explains 200 jobs costs one listing of it, not 200."""
 
     def __init__(self, spool: SpoolDir) -> None:
         self._folder = spool.cancel_dir
@@ -225,8 +219,7 @@ class Withdrawn:
         return found
 
     def unchanged(self) -> bool:
-        """Is cancel/ as it was when listed (or not listed yet)? A listing made in the clock tick of the folder's
-        last change may have missed an entry made in that tick (the mtime would not show it): it is never kept."""
+        """Is cancel/ as it was when listed (or not listed yet)? A listing within RACY_NS of its mtime never is."""
         return self._paths is None or (self._mtime() == self._mtime_ns and not self._racy)
 
     def _mtime(self) -> int | None:
@@ -247,10 +240,9 @@ class Withdrawn:
 
 def is_live(spool: SpoolDir, name: str, hosts: list[str] | None = None) -> bool:
     """Is job ``name`` (a key) queued or running (``hosts``: spool.hosts(), if known)? A forgery is not.
-    Raises SpoolIOError."""
+    One lstat a folder: retention asks it of every job it removes. Raises SpoolIOError."""
     uid = key_uid(name)
     hosts = spool.hosts() if hosts is None else hosts
-    # one lstat a folder, no Entry: retention asks is_live of every job it removes
     for folder in [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in hosts]:
         try:
             if os.lstat(f"{folder}/{name}").st_uid == uid:
@@ -268,14 +260,13 @@ def name_taken(spool: SpoolDir, name: str) -> bool:
 
 
 def key_uid(key: str) -> int | None:
-    """The uid of the user a job key names (``USER:NAME``), or None if USER has no account.
-    The file at a key is that job only if this uid owns it (a file anyone else put there is a forgery)."""
+    """The uid of the user a key (``USER:NAME``) names, or None: the file at a key is that job only if it owns it."""
     return _uid_of(key.partition(":")[0])
 
 
 def forget_accounts() -> None:
-    """Look every key's user up afresh: a long-lived process (the daemon) calls it at each drain, so an
-    account deleted and its uid given to another user never keeps vouching for the old user's keys."""
+    """Look every key's user up afresh (at each drain of the daemon): a uid given to another account must not
+    keep vouching for the old account's keys."""
     _uid_of.cache_clear()
 
 
