@@ -1,9 +1,8 @@
 """Which files in a world-writable spool folder (jobs/, recur/) root may trust enough to act on.
 
-Trusted: a regular file with one link (not a symlink, fifo, device or a hard link to someone
-else's file), owned by a real account, writable by its owner only, without setuid/setgid bits, and
-not absurdly large. It is opened with O_NOFOLLOW|O_NONBLOCK and checked again on the descriptor, so
-a file swapped in between the look and the open is caught (docs/security.md).
+Trusted: a regular file of one link, owned by a real account, writable by its owner only, without
+setuid/setgid bits, not absurdly large. It is opened with O_NOFOLLOW|O_NONBLOCK and checked again on
+the descriptor, so a file swapped in between the look and the open is caught (docs/security.md).
 """
 
 from __future__ import annotations
@@ -38,9 +37,7 @@ SETTLING = Settling()
 def file_problem(st: os.stat_result, *, max_size: int, resolve_uid: Callable[[int], object],
                  may_settle: bool = True) -> str | Settling:
     """Why a spool file must never be acted on, SETTLING (look again soon), or "" if it may be trusted.
-    ``resolve_uid`` raises Refused for a uid with no account; ``may_settle=False`` (a claimed file):
-    a second link is a problem like any other.
-    """
+    ``resolve_uid`` raises Refused for a uid with no account; ``may_settle=False``: a second link is a problem."""
     if stat.S_ISLNK(st.st_mode):
         return "a symbolic link, not a job file"
     if not stat.S_ISREG(st.st_mode):
@@ -61,9 +58,8 @@ def file_problem(st: os.stat_result, *, max_size: int, resolve_uid: Callable[[in
 
 
 def is_settling(st: os.stat_result, now_ns: int) -> bool:
-    """A second hard link that is a submit's link-then-unlink in progress, not an attack. Counted from
-    the ctime, which its owner can keep fresh, where the picker counts from its first sight: an
-    ``onite run`` looks at recur/ once, and would see a stale link for the first time at every run."""
+    """A second hard link that is a submit's link-then-unlink in progress, by the ctime (its owner can keep
+    it fresh): an ``onite run`` looks at recur/ once, so it cannot count from its first sight as the picker does."""
     return st.st_nlink == 2 and stat.S_ISREG(st.st_mode) and now_ns - st.st_ctime_ns < 2_000_000_000
 
 
@@ -71,11 +67,10 @@ HEAD_LIMIT = 256 << 10  # bytes read_job_head reads at first: a header (environm
 
 
 def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
-    """Open ``path`` without following a symlink and decode it; the stat is of the open file.
-    ``one_link``: refuse a second hard link (links cost nothing, and would have root decode one large
-    file over and over). Raises BadFile: not a regular file (a symlink, a socket), too large, a refused
-    hard link, or leased by its owner; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
-    fd, st = _open_checked(path, one_link)
+    """Open ``path`` without following a symlink and decode it; the stat is of the open file. ``one_link``:
+    refuse a second hard link (links cost nothing, and would have root decode one large file over and over).
+    Raises BadFile (as open_checked, or too large); JobFormatError; OSError: it vanished or cannot be read."""
+    fd, st = open_checked(path, one_link)
     try:
         return decode(_read_rest(fd, b"", max_size)), st
     finally:
@@ -83,19 +78,16 @@ def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple
 
 
 def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
-    """As read_job_file, for a reader that needs what a job's header says (why it waits, whether it may start):
-    the body is cut after its first line (whose ``#!`` is checked). A body may be a sparse hole of max_job_size,
-    which costs its owner no disk and would cost each reader a read of it. A header longer than HEAD_LIMIT (a
-    large environment), or with a NUL byte, is read whole: it is judged as read_job_file judges it. Raises as
-    read_job_file."""
+    """As read_job_file, with the body cut after its first line (whose ``#!`` is checked): a body may be a
+    sparse hole of max_job_size, free to its owner and costly to each reader. A header longer than HEAD_LIMIT,
+    or with a NUL byte, is read whole, so judged as read_job_file judges it."""
     data, st = read_head_bytes(path, max_size, one_link=one_link)
     return decode(data), st
 
 
 def read_head_bytes(path: Path, max_size: int, *, one_link: bool = False) -> tuple[bytes, os.stat_result]:
-    """The bytes read_job_head decodes, undecoded (for a reader that may need none of the header: see
-    onite.core.jobfile.waits_for_nothing). Raises BadFile, OSError."""
-    fd, st = _open_checked(path, one_link)
+    """The bytes read_job_head decodes (onite.core.jobfile.waits_for_nothing may need none). Raises BadFile, OSError."""
+    fd, st = open_checked(path, one_link)
     try:
         if st.st_size > max_size + SLACK:
             raise BadFile("larger than max_job_size")
@@ -123,9 +115,9 @@ def _read_rest(fd: int, data: bytes, max_size: int) -> bytes:
     return data
 
 
-def _open_checked(path: Path, one_link: bool) -> tuple[int, os.stat_result]:
-    """``path`` opened without following a symlink, not waiting for a lease, with its stat: a regular file
-    (``one_link``: of one link). Raises BadFile, OSError."""
+def open_checked(path: Path, one_link: bool = False) -> tuple[int, os.stat_result]:
+    """``path`` opened without following a symlink or waiting for a lease, with its stat: a regular file
+    (``one_link``: of one link). Raises BadFile: a symlink, socket, leased or other file swapped in; OSError."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
@@ -149,8 +141,8 @@ def _open_checked(path: Path, one_link: bool) -> tuple[int, os.stat_result]:
 
 
 def read_up_to(fd: int, limit: int) -> bytes:
-    """What ``fd`` holds from its offset, but no more than the first chunk past ``limit`` bytes (the
-    caller tells by the length): a huge or growing file is never held whole."""
+    """What ``fd`` holds from its offset, up to the first chunk past ``limit`` bytes (the caller tells by the
+    length): a huge or growing file is never held whole."""
     chunks, size = [], 0
     while size <= limit and (chunk := os.read(fd, 1 << 20)):
         chunks.append(chunk)

@@ -1,12 +1,11 @@
 """The driver's view of the queue in memory, so that a pick costs the same at 100,000 queued jobs as at 100.
 
-Only names and kernel ctimes are kept. A folder is listed again only when its mtime changed, and
-no more often than its listing's cost allows; a new file sorts after every job already there, so
-noticing it late never changes which job runs next. A listing within RACY_NS of the mtime may
-have missed a same-tick add and is repeated, and the driver forces a full look before it decides
-there is nothing to do. A job that waits for a lasting reason (held, pinned elsewhere) is
-*parked*: left out until its ctime or hold/ changes. An entry whose name is no job name is handed
-out once per listing (``strays``) for the driver to move aside; dot-names are writes in progress.
+Only names and kernel ctimes are kept. A folder is listed again only when its mtime changed, no more
+often than its listing's cost allows: a new file sorts after every job already there, so noticing it
+late never changes which job runs next. A listing within RACY_NS of the mtime is repeated, and the
+driver forces a full look before it decides there is nothing to do. A job that waits for a lasting
+reason (held, pinned elsewhere) is *parked*: left out until its ctime or hold/ changes. A name that is
+no job name (nor a dot-name, a write in progress) is handed out once per listing (``strays``).
 """
 
 from __future__ import annotations
@@ -58,8 +57,7 @@ class _Folder:
             part.clear()
 
     def compact_if_due(self) -> None:
-        # every name has one entry in order; the rest are stale: a name gone, or back again (or
-        # unparked, or reordered) under a new entry. Counting gone names would miss those back again.
+        # the entries beyond one a name are stale: a name gone, or back (unparked, reordered) under a new entry
         stale = len(self.order) - len(self.names)
         if stale > COMPACT_AT and stale > len(self.order) // 2:
             seen: set[str] = set()
@@ -128,7 +126,7 @@ class QueueIndex:
         self.folders = [known.get(path) or _Folder(rank, path) for rank, path in folders]
 
     def held_now(self, name: str, uid: int) -> bool:
-        """Is ``uid``'s job ``name`` held by hold/ as it is now (one stat of the folder if it did not change)?"""
+        """Is ``uid``'s job ``name`` held by hold/ as it is now (one stat if it did not change)?"""
         self._look_at_holds()
         return self.holds.held(name, uid)
 
@@ -232,8 +230,8 @@ class QueueIndex:
         return found
 
     def every(self) -> Iterator[tuple[str, str, int]]:
-        """Every queued job as last seen, parked ones too, in no particular order: (its folder, name, ctime_ns)
-        (no Candidate, no Path: a retention look at 100,000 queued jobs asks this of each)."""
+        """Every queued job as last seen, parked ones too, unordered: (its folder, name, ctime_ns), no Path (a
+        retention look at 100,000 queued jobs asks this of each)."""
         for folder in self.folders:
             where = str(folder.path)
             for names in (folder.names, folder.parked):

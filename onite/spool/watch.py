@@ -1,18 +1,13 @@
 """When the sleeping daemon must wake for a queued job's not-before time (``--at``, a retry's back-off).
 
-``TimedWatch`` keeps each queued job's ctime and its ``at:`` and ``pin:`` fields: a folder is
-listed again only when it changed (onite.spool.index), a header is read once per new name, with
-one bounded read, and holds are asked of hold/'s markers, never of the job file. A job edited
-(``onite edit --at``) goes by its newest edit of it, read as the driver reads it
-(onite.spool.edits.read_edited) whenever its edits change. A job is due at
-max(not-before, ctime). ``next_due(mark)`` ignores jobs due at or before ``mark``, the start of
-the last drain, which looked at them and left them: they wait for the next drain rather than
-wake the daemon again and again.
+A folder is listed again only when it changed (onite.spool.index) and a header read once per new
+name, with one bounded read; an edited job goes by its edits, read as the driver reads them, again
+whenever they change. A job is due at max(not-before, ctime); one due at or before the last drain's
+start was left by it, and waits for the next drain rather than wake the daemon again and again.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from datetime import datetime
@@ -22,6 +17,7 @@ from onite.core.jobfile import WATCHED_HEAD
 from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
 from onite.spool.edits import EDITS_READ, read_edited
+from onite.spool.filecheck import BadFile, open_checked
 from onite.spool.index import QueueIndex
 
 
@@ -66,8 +62,7 @@ class TimedWatch:
             self.jobs = {key: seen for key, seen in self.jobs.items() if key in present}
 
     def _edited(self, key: tuple[int, str], path: Path) -> None:
-        """Its not-before time as the driver takes it, with its newest edit of it (onite.spool.edits.read_edited),
-        read again only when its edits change."""
+        """Its not-before time as the driver takes it, with its edits, read again only when they change."""
         seen = self.jobs[key]
         edits = self.index.edits.of(key[1])
         mark = tuple((edit.path, edit.ctime_ns) for edit in edits[-EDITS_READ:])
@@ -109,15 +104,11 @@ class TimedWatch:
 def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
     """``at`` and ``pin`` from a job file's header, read no further than its first env: line."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as err:
-        # gone, a symlink, a socket, or leased by its owner (F_SETLEASE)
-        if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EACCES, errno.EAGAIN):
-            return {}
-        raise
+        fd, fst = open_checked(path)
+    except (BadFile, FileNotFoundError, PermissionError):
+        return {}
     try:
-        fst = os.fstat(fd)
-        if not stat.S_ISREG(fst.st_mode) or fst.st_ino != st.st_ino:
+        if fst.st_ino != st.st_ino:
             return {}
         # one bounded read: a user's file of one long header line (a sparse hole) costs no more than any other
         data = os.read(fd, WATCHED_HEAD)  # where a job file's at: and pin: lines end (onite.core.jobfile)
