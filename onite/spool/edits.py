@@ -1,17 +1,12 @@
-"""Edits: a queued job's new limits, kept beside its file so that the job keeps its place.
+"""Edits: a queued job's new limits, kept beside its file so that the job keeps its place (its ctime).
 
-An edit never touches the job file (a new ctime would be a new place; docs/job-control.md, "Editing
-a queued job"): it is a file edit/KEY@TOKEN, the job's header as edited (no environment, no text),
-honoured only when its owner is the key's user or root and it names the job's submit time; the
-latest wins, and only its limits (time limit, retries, memory, CPUs, not-before time, dependencies)
-count. The driver takes a job's edits as it claims the job, each with one rename or unlink (an edit is
-the driver's if and only if that call succeeds), and writes them into the claimed file; an editor that
-finds the job claimed unlinks its own edit: the one call that succeeds says whether the edit applies.
-The latest is renamed beside the claim (running/HOST/KEY@edit) and stays there until the claimed file
-holds it, so that a driver killed in between does not lose it: recovery puts it back.
-A change of priority moves the job: the job file is swapped for the edited one (renameat2 EXCHANGE,
-so that a claim takes one or the other whole) and moved to its new folder; its limits are written as
-an edit first too, the newest, so that an older edit does not undo them.
+An edit is a file edit/KEY@TOKEN, the job's header as edited (no environment, no text), honoured only
+when its owner is the key's user or root and it names the job's submit time; the latest wins, and only
+its limits count (docs/job-control.md, "Editing a queued job"). The driver takes a job's edits as it
+claims it, each with one rename or unlink, and an editor that finds the job claimed unlinks its own:
+the one call that succeeds says whether the edit applies. The latest waits beside the claim
+(running/HOST/KEY@edit) until the claimed file holds it, for recovery to put back. A change of priority
+swaps the job file for the edited one (RENAME_EXCHANGE: a claim takes one or the other whole) and moves it.
 """
 
 from __future__ import annotations
@@ -34,16 +29,14 @@ EDITS_READ = 4  # a job's newest edits read, at most: `onite edit` removes the o
 
 
 def trusted(markers: dict[str, list[Marker]], key: str) -> list[Marker]:
-    """The edits of job ``key`` among ``markers`` (edit/, as read_markers reads it) made by the key's user or
-    root, oldest first."""
+    """The edits of job ``key`` among ``markers`` (edit/) made by the key's user or root, oldest first."""
     owner = key_uid(key)
     return [e for e in markers.get(key, []) if owner is not None and owner_or_root(e.uid, owner)]
 
 
 def edited(job: Job, edits: list[Marker], max_size: int) -> tuple[Job, Marker | None]:
-    """``job`` with the limits of the latest of ``edits`` (trusted ones) that is of this job, and that edit.
-    One that cannot be read, is of an earlier job of the name, or does not fit it, is none; only the newest
-    EDITS_READ count (a user's thousands would have every look read them all)."""
+    """``job`` with the limits of the latest of its trusted ``edits`` that applies (``_apply``), and that edit.
+    Only the newest EDITS_READ count: a user's thousands would have every look read them all."""
     for edit in reversed(edits[-EDITS_READ:]):
         new = _apply(edit, job, max_size)
         if new is not None:
@@ -53,7 +46,7 @@ def edited(job: Job, edits: list[Marker], max_size: int) -> tuple[Job, Marker | 
 
 def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
     """``job`` with the limits of ``edit``; None if it cannot be read, is of an earlier job of the name, or
-    leaves the job out of range (its owner writes it: ``retries`` below the queued file's ``attempt``)."""
+    leaves the job out of range (``retries`` below the queued file's ``attempt``)."""
     try:
         limits, _ = read_job_head(edit.path, max_size)
     except (OSError, BadFile, JobFormatError):
@@ -68,10 +61,9 @@ def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
 
 def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int, *,
                 waiting: bool = False) -> Job | None:
-    """The queued job ``key`` at ``path`` (``uid``'s file) as the driver judges it, with its trusted edits among
-    ``markers`` (edit/); None for a file not to read: gone, private, no job, a second link, or swapped since.
-    ``waiting``: None too for a job with no trusted edit and no ``after:`` line, which is not decoded
-    (waits_for_nothing)."""
+    """The queued job ``key`` at ``path`` (``uid``'s file) with its trusted edits among ``markers``, as the
+    driver judges it; None for a file not to read (gone, private, no job, a second link, swapped since), and
+    with ``waiting``, for a job with no edit and no ``after:`` line, which is not decoded."""
     try:
         data, st = read_head_bytes(path, max_size, one_link=True)
     except (OSError, BadFile):  # anyone may put a file in a queue: it stops no reader
@@ -87,18 +79,16 @@ def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Ma
 
 
 def waits_for(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int) -> tuple[str, ...]:
-    """The keys the queued job ``key`` at ``path`` waits for, as read_edited judges it; () for a file not to read
-    as well. ``onite cancel`` asks this of every queued job, which nearly all wait for nothing."""
+    """The keys the queued job ``key`` at ``path`` waits for, as read_edited judges it, else () (``onite cancel``
+    asks this of every queued job, nearly all of which wait for nothing)."""
     job = read_edited(path, key, uid, markers, max_size, waiting=True)
     return () if job is None else job.after
 
 
 def take(edits: list[Marker], job: Job, max_size: int, kept: Path) -> tuple[Job, bool]:
-    """The driver, having claimed ``job``: take each of ``edits`` (trusted ones, oldest first) of it, and return it
-    with the limits of the latest taken, and whether any was (of the newest EDITS_READ, as ``edited`` judges). That
-    one is taken first, by a rename to ``kept``, not an unlink: a driver killed before the claimed file holds it
-    leaves it there for recovery to put back (``put_back``). The older ones, an edit of an earlier job of the name,
-    and those past the newest EDITS_READ are removed unread."""
+    """The driver, having claimed ``job``: take its trusted ``edits`` (oldest first); return it with the limits
+    of the latest that applies (as ``edited`` judges), and whether one did. That one is renamed to ``kept``, for
+    recovery to put back (``put_back``) if the driver dies before the claimed file holds it; the rest go unread."""
     latest = None
     for i, edit in enumerate(reversed(edits)):
         new = _apply(edit, job, max_size) if latest is None and i < EDITS_READ else None
@@ -110,15 +100,13 @@ def take(edits: list[Marker], job: Job, max_size: int, kept: Path) -> tuple[Job,
 
 
 def put_back(kept: Path, folder: Path, name: str) -> bool:
-    """Put an edit a driver took as it claimed job ``name`` (``take``) back into ``folder`` (edit/) as the newest
-    (its newer edits, if any, were taken first), for the job's next claim: that driver was killed before the
-    claimed file held it. False if there was none. Raises SpoolIOError."""
+    """Put back into ``folder`` (edit/), as the newest, the edit a driver killed before its claimed file held it
+    took (``take``), for the job's next claim. False if there was none. Raises SpoolIOError."""
     return _rename(kept, folder / f"{name}{SIDE}{token()}", "putting back an edit: moving")
 
 
 def _rename(path: Path, target: Path | None, action: str) -> bool:
-    """Rename ``path`` (``target`` None: unlink it): False if it was gone, so another call took it (an editor
-    took its edit back, or the driver took it). Raises SpoolIOError."""
+    """Rename ``path`` (``target`` None: unlink it); False if another call took it first. Raises SpoolIOError."""
     try:
         if target is None:
             os.unlink(path)
@@ -138,17 +126,15 @@ def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
 
 
 def withdraw_edit(path: Path) -> bool:
-    """Unlink an edit: True if it was still there, so this call (an editor's or the driver's) took it back
-    or took it. Raises SpoolIOError."""
+    """Unlink an edit: True if this call (an editor's or the driver's) took it. Raises SpoolIOError."""
     return _rename(path, None, "taking an edit: removing")
 
 
 def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | None) -> str:
-    """Put ``job`` (the queued file at ``path``, edited: a new priority) in ``folder`` at the end: swap the
-    file for the edited one in one step, then move it. ``"moved"``; ``"started"``: a claim took the file
-    first (nothing changed); ``"changed"``: a claim took the edited file before it moved (it runs edited).
-    Raises Refused: this file system cannot swap two files in one step; a job of the name is in ``folder``.
-    SpoolError, SpoolIOError: a write failed (the job stays as it was, or edited in its old folder)."""
+    """Put ``job`` (the queued file at ``path`` with a new priority) at the end of ``folder``: swap the file for
+    the edited one in one step, then move it. ``"moved"``; ``"started"``: a claim took the file first (nothing
+    changed); ``"changed"``: a claim took the edited file before it moved (it runs edited).
+    Raises Refused: no swap on this file system, or a job of the name is in ``folder``; SpoolError, SpoolIOError."""
     tmp = write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
     target = folder / path.name
     try:
