@@ -1,8 +1,6 @@
-"""The cancel inbox, SPOOL/cancel/: jobs withdrawn from their queue, and requests to cancel a job.
-
-A user cannot touch running/ or jobsdone/, so cancelling your own queued job renames it into
-cancel/ (``withdraw``: it can never run after that) for a driver or root to file; anything else
-is an empty request cancel/NAME@TOKEN that a driver honours if the rules allow (onite.drain.cancels).
+"""The cancel inbox, SPOOL/cancel/: a user's own queued job is renamed into it (``withdraw``: it can never
+run after that) for a driver or root to file; any other cancel is an empty request cancel/NAME@TOKEN that
+a driver honours if the rules allow (onite.drain.cancels).
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ STAGED_AGE = 60  # seconds: the two moves follow each other at once; a job stage
 
 
 def withdraw(spool: SpoolDir, entry: Entry) -> Path:
-    """Move a queued job into cancel/, so that it can no longer run; return its new path.
-    Raises NotFound: a driver claimed it first."""
+    """Move a queued job into cancel/; return its new path. Raises NotFound: a driver claimed it first."""
     target = spool.cancel_dir / f"{entry.name}{SIDE}{token()}"
     try:
         change_state(entry.name, JobState.HELD if entry.held else JobState.QUEUED, JobState.CANCELLED,
@@ -62,8 +59,7 @@ class NotAJob(OniteError):
 
 
 class Filed(Record):
-    """What ``file_withdrawn`` did: the cancelled ``result`` it wrote (None: ``note`` says why not) and
-    the ``job`` as read (None if damaged)."""
+    """What ``file_withdrawn`` did: the ``result`` it wrote (None: ``note`` says why not), the ``job`` read."""
 
     result: Result | None
     job: Job | None
@@ -71,13 +67,10 @@ class Filed(Record):
 
 
 def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
-    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result; None if
-    it was gone. It must be a regular file with one link, opened without following a link, and is
-    checked again once moved under a dot-name into jobsdone/ (root's), so a file swapped in meanwhile
-    is caught. A file that is not its key's user's (a forgery) goes to refused/ instead. The result is
-    written first, while the job is still in cancel/: a filer killed before the job left it leaves it to
-    the next look, one killed after leaves its result.
-
+    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result; None if it was
+    gone. It must be a regular file of one link, and is checked again once moved under a dot-name into root's
+    jobsdone/, so a file swapped in meanwhile is caught; a forgery goes to refused/. The result is written
+    while the job is still in cancel/, so a filer killed at any step leaves the job or its result.
     Raises NotAJob: it is not a job file (it was set aside); SpoolIOError."""
     name = pending.name.partition(SIDE)[0]
     try:
@@ -103,7 +96,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     result = None if forged else unrun_result(
         name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED, reason=f"cancelled by {by}",
         host="", now=now, job=job, priority=rank or 0, urgent=job.urgent if job else rank == 0)
-    if result is not None:  # before the job leaves cancel/: a filer killed at any step after leaves its result
+    if result is not None:
         write_result(spool, result)
     staged = spool.done_dir / f".{name}{STAGED}{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
@@ -144,9 +137,9 @@ def _set_aside(spool: SpoolDir, path: Path, name: str, why: str, now: datetime) 
 
 
 def finish_filings(spool: SpoolDir, now: float) -> int:
-    """Put in place each cancelled job that a filer killed between its two moves left staged in jobsdone/
-    (``file_withdrawn``), once STAGED_AGE old: its owner's file of one link, whose cancelled result is there and
-    which no later job file of the name has replaced; how many. Without it, ``onite restart`` found nothing."""
+    """Put in place each cancelled job that a filer killed between its two moves left staged in jobsdone/, once
+    STAGED_AGE old (its owner's file of one link, whose cancelled result is there), unless a later job file of
+    the name is there; how many (``onite restart`` needs the job file)."""
     try:
         with os.scandir(spool.done_dir) as it:
             staged = [entry for entry in it if entry.name.startswith(".") and STAGED in entry.name
@@ -173,9 +166,8 @@ def finish_filings(spool: SpoolDir, now: float) -> int:
 
 
 def tell_filed(filed: Filed, name: str, requester: str, log, count, notifier, config) -> None:
-    """A queued job filed as cancelled (by a driver, or by root's cancel with none running): ``count`` it, log
-    it, tell its owner. One not filed (it would have replaced another user's kept result) is logged as
-    refused, not as that user's job cancelled."""
+    """A queued job filed as cancelled (by a driver, or by root's cancel): ``count`` it, log it, tell its owner;
+    one not filed (a forgery) is logged as refused."""
     if filed.result is None:
         log.event("refused", name, owner=requester, reason=filed.note)
         return

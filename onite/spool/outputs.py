@@ -1,8 +1,6 @@
-"""A job's captured output, ``stdout/NAME`` (and ``stdout/NAME@stderr`` when stderr is kept apart).
-
-The driver creates the files afresh, owned by the job's user, mode 0600, so a run never writes
-through an older file or one planted in its place. Only the owner and root may read them,
-whatever their mode says.
+"""A job's captured output, ``stdout/NAME`` (and ``stdout/NAME@stderr`` when stderr is kept apart): made
+afresh, the job's user's, mode 0600, so a run never writes through an older or planted file; only the
+owner and root may read them, whatever their mode says.
 """
 
 from __future__ import annotations
@@ -25,9 +23,9 @@ from onite.spool.scan import find_queued, is_live, key_uid
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
              lines: int) -> bytes | None:
-    """The last ``lines`` whole lines among the last ``max_bytes`` of the output file at ``path``, if it is
-    a regular file of ``uid`` written during the run from ``started`` to ``finished`` (2 s of slack), else
-    None: a later or an earlier run's file (or one planted there) is not this run's. Reads only."""
+    """The last ``lines`` whole lines among the last ``max_bytes`` of the output at ``path``, if it is a regular
+    file of ``uid`` written between ``started`` and ``finished`` (2 s of slack), else None: another run's
+    file, or one planted there, is not this run's."""
     if started is None:
         return None  # never ran: a file there is an older run's
     try:
@@ -61,10 +59,9 @@ def last_lines(data: bytes, *, cut: bool, lines: int) -> bytes:
 
 
 def copy_data(fd: int, write) -> bool:
-    """Copy what output file ``fd`` holds from its offset up to its size now to ``write``, leaving
-    the offset there; True if anything was copied. Holes are skipped: its owner may truncate it far longer at no
-    cost in disk (no write of a job's makes one), and a reader would read those NULs without bound; and a file
-    that grows as it is read is read only to its size when the copy began."""
+    """Copy output file ``fd`` from its offset to its size now to ``write``, leaving the offset there; True if
+    anything was copied. Holes are skipped: its owner may truncate it far longer at no cost, and a reader would
+    read those NULs without bound."""
     pos = os.lseek(fd, 0, os.SEEK_CUR)
     end = os.fstat(fd).st_size
     copied = False
@@ -87,8 +84,8 @@ def copy_data(fd: int, write) -> bool:
 
 
 def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> int:
-    """A descriptor appending to the job's output file, made afresh (``append``: a retry reopens its
-    owner's), owned by ``owner`` (uid, gid; None: this process), mode 0600. Raises OSError: it cannot be made."""
+    """A descriptor appending to the job's output file, made afresh (``append``: a retry reopens its owner's),
+    owned by ``owner`` (uid, gid; None: this process), mode 0600. Raises OSError."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     if append:
         try:  # O_NONBLOCK: a lease its owner holds on it would keep this open waiting (lease-break-time)
@@ -112,7 +109,7 @@ def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> i
 
 
 def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool = False) -> BinaryIO:
-    """The output of the latest (or running) run of ``name``, open for reading (``stderr``: its kept-apart stderr).
+    """The output (``stderr``: kept-apart stderr) of the latest or running run of ``name``, open for reading.
     Raises NotFound: no such output; Refused: it belongs to another user."""
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
     try:  # O_NONBLOCK: a lease its owner holds on it would keep this open waiting (lease-break-time, 45 s)
@@ -141,8 +138,7 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
 
 
 def newer_run_note(spool: SpoolDir, name: str, owner: int) -> str | None:
-    """What ``output`` says beside a finished run's output when ``owner``'s job ``name`` is queued
-    again (yesterday's output is not today's); None if it is not."""
+    """What ``output`` says beside a finished run's output when ``owner``'s job ``name`` is queued again."""
     try:
         if not any(entry.uid == owner for entry in find_queued(spool, name)):
             return None
@@ -153,7 +149,7 @@ def newer_run_note(spool: SpoolDir, name: str, owner: int) -> str | None:
 
 
 def _said(key: str) -> str:
-    """How job ``key`` is written to the reader (this process's user): NAME for their own, USER:NAME else."""
+    """Job ``key`` as this process's user reads it: NAME for their own, USER:NAME else."""
     return shown(key, user_name(os.geteuid()))
 
 
@@ -162,8 +158,7 @@ def _not_yours(name: str, uid: int) -> Refused:
 
 
 def _leased(name: str, path: Path) -> OniteError:
-    """The output file's owner holds a lease on it (fcntl F_SETLEASE): opening it would wait until the
-    kernel breaks the lease, so it is not opened."""
+    """The output's owner holds a lease on it (F_SETLEASE): opening it would wait until the kernel breaks it."""
     try:
         holder = user_name(os.lstat(path).st_uid)
     except OSError:
@@ -174,8 +169,8 @@ def _leased(name: str, path: Path) -> OniteError:
 
 def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = False) -> OniteError | None:
     """Why ``name`` has no output: queued or starting (another user's: not the caller's to read), never ran
-    (its result says why), or no such job. ``empty``: its output file is there but empty; only a run that never
-    started is told, else None."""
+    (its result says why), or no such job. ``empty``: the file is there but empty: only a run that never
+    started is an error, else None."""
     from onite.spool.results import read_result  # not at import: only a missing output needs it
 
     try:
@@ -202,7 +197,7 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
 
 def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it.
-    Raises Refused: the output belongs to another user; NotFound: its stderr went with its stdout."""
+    Raises Refused: the output is another user's; NotFound: its stderr went with its stdout."""
     try:
         owner = os.lstat(spool.output_path(name)).st_uid
     except FileNotFoundError:
