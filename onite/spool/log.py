@@ -2,12 +2,11 @@
 
     2026-11-22T20:00:01+01:00 vm[4711] start nightly-report user=alice priority=3 attempt=1
 
-Each line is one write(2) on an O_APPEND descriptor, so concurrent writers' lines never
-interleave; a write that runs out of room (a full disk, a file-size limit) is cut where the room ended,
-and that half line is truncated away, so that the next line, perhaps the next drain's, is not appended
-to it. Names, reasons and file names come from users, so a value that holds a space, a quote,
-a backslash or a character safetext spells out is written quoted and escaped: no value can forge a
-line or reach a terminal, and ``parse_line`` gives back exactly what was logged.
+Each line is one write(2) on an O_APPEND descriptor, so concurrent writers' lines never interleave;
+the half line of a write that ran out of room is truncated away, so that no later line is appended to
+it. Values come from users, so one that holds a space, a quote, a backslash or a character safetext
+spells out is quoted and escaped: no value can forge a line or reach a terminal, and ``parse_line``
+gives back exactly what was logged.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ from onite.core.errors import SpoolIOError
 from onite.core.names import is_valid_key
 from onite.core.safetext import UNSAFE_CHARS
 
-# writing's patterns, compiled by re (and kept in its cache) at a process's first write: a reader of the log
-# (status, report) never writes, and their classes of UNSAFE_CHARS took ~1 ms each to compile at import
+# compiled (and cached by re) at a process's first write, not at import: readers of the log never write
 _NEEDS_QUOTES = f'[\\s"\\\\{UNSAFE_CHARS}]'
 _ESCAPED = f'[\\\\"{UNSAFE_CHARS}]'
 _SPELLED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
@@ -63,9 +61,8 @@ _BYTE = re.compile(r"\\(\\|udc[89a-f][0-9a-f])")  # an escaped backslash, or a b
 
 
 def readable(line: str) -> str:
-    """A line of the log as ``onite log`` shows it: as logged, but a byte of a file name that is not UTF-8, which the
-    log spells ``\\udcff`` (``parse_line`` gives back exactly that byte, never the letter U+00FF), spelt ``\\xff``, as
-    onite.core.safetext spells it everywhere else."""
+    """A line of the log as ``onite log`` shows it: a byte that is not UTF-8, logged as ``\\udcff`` (so that
+    ``parse_line`` gives back that byte, not U+00FF), spelt ``\\xff`` as onite.core.safetext spells it."""
     if "\\" not in line:
         return line
     return _BYTE.sub(lambda m: m.group() if m.group(1) == "\\" else "\\x" + m.group(1)[3:], line)
@@ -112,13 +109,12 @@ def parse_line(line: str) -> dict | None:
 
 
 class ActivityLog:
-    """Appends events to onite.log, mirrored to ``echo`` (stderr under systemd); ``listener(when,
-    event, name, fields)`` is told of each event once logged (``onite run``'s live progress)."""
+    """Appends events to onite.log, mirrored to ``echo`` (stderr under systemd); ``listener(when, event, name,
+    fields)`` is told of each event once logged (``onite run``'s progress); ``on_failure(why)``, if set, of each
+    line that cannot be written (a driver starts nothing more then)."""
 
     def __init__(self, path: Path, host: str, *, echo: TextIO | None = None, clock: Clock = SYSTEM,
                  listener=None) -> None:
-        """``on_failure(why)``, if set later, is told each time a line cannot be written (a driver
-        starts nothing more then)."""
         self.on_failure = None
         self.path = path
         self.host = host
@@ -162,8 +158,7 @@ class ActivityLog:
         self._cut = False
 
     def _cannot_write(self, err: OSError) -> None:
-        """Tell ``on_failure`` (a driver: its error names the reason), else say on stderr once a reason
-        (stderr may be on the same full disk)."""
+        """Tell ``on_failure``, else stderr, once a reason (stderr may be on the same full disk)."""
         if self.on_failure is not None:
             self.on_failure(f"cannot write the log {self.path}: {err.strerror}")
             return
@@ -217,8 +212,8 @@ def tail(path: Path, lines: int) -> list[str]:
 
 
 def lines_back(path: Path) -> Iterator[str]:
-    """The log's lines from its last to its first, read from its end a block at a time (the log may be large);
-    none if it is missing. Raises SpoolIOError: it cannot be read (not a regular file, no permission, …)."""
+    """The log's lines from its last to its first, read from its end a block at a time; none if it is missing.
+    Raises SpoolIOError: it cannot be read (not a regular file, no permission, …)."""
     try:  # O_NONBLOCK: a FIFO put at its place is refused, not waited on
         handle = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
     except FileNotFoundError:
