@@ -1,8 +1,7 @@
 """One spool on disk (docs/spool-format.md): where each of its folders and files is, and its settings.
 
-Every path of a spool comes from ``SpoolDir``: no other module joins the spool's folder or file
-names into a path (tests/test_contracts.py). Nothing here writes but the two ``ensure_*`` methods,
-which make a folder someone removed (or a host's first drain needs).
+Every path of a spool comes from ``SpoolDir`` (tests/test_contracts.py). Nothing here writes but the
+``ensure_*`` methods, which make a folder someone removed or a host's first drain needs.
 """
 
 from __future__ import annotations
@@ -86,7 +85,7 @@ class SpoolDir:
                 and is_valid_name(host := name[len(prefix):-len(_STATE)])]
 
     def finished_files(self, name: str) -> tuple[str, str, str, str]:
-        """A finished job's result, job file, output and stderr, as strings (retention removes thousands)."""
+        """A finished job's result, job file, output and stderr, as strings: retention removes thousands."""
         done, out = str(self.done_dir), str(self.stdout_dir)
         return f"{done}/{name}{RESULT}", f"{done}/{name}", f"{out}/{name}", f"{out}/{name}{STDERR}"
 
@@ -104,12 +103,12 @@ class SpoolDir:
         return f"{self.running_dir(host)}/{name}{RUN_RECORD}"
 
     def taken_edit_path(self, host: str, name: str) -> Path:
-        """``running/HOST/NAME@edit``: the edit HOST's driver took as it claimed NAME, until the claimed file holds it."""
+        """``running/HOST/NAME@edit``: the edit HOST's driver took as it claimed NAME (onite.spool.edits.take)."""
         return self.running_dir(host) / f"{name}{TAKEN_EDIT}"
 
     @staticmethod
     def record_label(name: str) -> str:
-        """``NAME@run``: how a run record set aside in refused/ is named (``refused_path``)."""
+        """``NAME@run``: the name a run record set aside in refused/ goes by (``refused_path``)."""
         return f"{name}{RUN_RECORD}"
 
     @property
@@ -121,8 +120,8 @@ class SpoolDir:
         return self._config
 
     def queue_folders(self) -> list[tuple[int, Path]]:
-        """(rank, folder) in run order: urgent first (rank 0), then P1 … Pn, then the folders beyond Pn that are
-        left from before ``priorities`` was lowered (their jobs run last, and a requeue puts them in Pn)."""
+        """(rank, folder) in run order: urgent (rank 0), P1 … Pn, then folders beyond Pn left from before
+        ``priorities`` was lowered (their jobs run last; a requeue puts them in Pn)."""
         last = self.config.priorities
         folders = [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, last + 1)]
         while last < MAX_PRIORITIES and os.path.isdir(self.queue_dir(last + 1)):  # one stat where none is left
@@ -135,7 +134,7 @@ class SpoolDir:
         return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
     def ensure_queue_folder(self, folder: Path) -> None:
-        """Make a queue folder someone removed (a job goes back into it) as ``onite init`` does. Raises SpoolIOError."""
+        """Make a queue folder someone removed as ``onite init`` does. Raises SpoolIOError."""
         if folder.is_dir():
             return
         mode = STICKY_DIR if os.lstat(self.root).st_uid == 0 else 0o755
@@ -173,8 +172,7 @@ class SpoolDir:
         return _is_dir(self.jobs_dir, self.root)
 
     def check(self) -> None:
-        """Raises SpoolError: the spool is missing, out of reach or not an onite spool; SpoolIOError: its path
-        cannot be looked at (too long, an I/O error)."""
+        """Raises SpoolError: the spool is missing, out of reach or not an onite spool; SpoolIOError."""
         folder = _is_dir(self.root, self.root, missing=None)
         if folder is None:
             raise SpoolError(f"no spool at {self.root}", "create it with: onite init")
@@ -187,9 +185,8 @@ class SpoolDir:
 
 
 def _is_dir(path: Path, root: Path, *, missing: bool | None = False) -> bool | None:
-    """Is ``path`` a folder (False: something else; ``missing``: nothing there)? pathlib's is_dir raises past
-    a folder closed to the caller (``--spool /root/x``, HOME=/root) or a name too long.
-    Raises SpoolError: a folder on the way to ``root`` is closed to the caller; SpoolIOError: another failure."""
+    """Is ``path`` a folder (``missing``: nothing there)? pathlib's is_dir raises a bare error past a closed folder.
+    Raises SpoolError: a folder on the way to ``root`` is closed to the caller; SpoolIOError."""
     try:
         return stat.S_ISDIR(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):

@@ -1,10 +1,7 @@
-"""May the driver trust this spool? Owners and modes, checked before anything in it is acted on.
-
-A root driver runs what onite.toml and the queues say, so, like sshd's StrictModes, onite refuses
-a spool someone other than its owner could have changed: the spool, every folder above it, its
-own folders, onite.toml and onite.log must be its owner's (root may own the folders above a
-personal spool) and writable by nobody else. The exceptions are sticky: the folders users add
-files to (``jobs/*``, ``cancel/``, ``recur/``, ``hold/``), and folders above such as ``/tmp``.
+"""May the driver trust this spool? A root driver runs what onite.toml and the queues say, so, like sshd's
+StrictModes, onite refuses a spool someone other than its owner could have changed: the spool, every
+folder above it (root's too), its own folders, onite.toml and onite.log must be its owner's and writable
+by nobody else, except sticky folders: those users add files to, and folders above such as ``/tmp``.
 """
 
 from __future__ import annotations
@@ -37,16 +34,14 @@ def problems(root: Path, owner: int, *, modes: bool = True) -> list[str]:
 
 
 def may_drive(spool: SpoolDir) -> bool:
-    """May this process drive ``spool`` (drain it, wake its daemon, recover a host's claims): root, or the owner
-    of a personal spool, the one user who may write its running/ (check_drainable says, in full, why one may not)."""
+    """May this process drive ``spool`` (drain, wake its daemon, recover): root, or a personal spool's owner, who
+    may write its running/ (check_drainable says why one may not)."""
     return os.geteuid() == 0 or os.access(spool.running_root, os.W_OK)
 
 
 def check_drainable(spool: SpoolDir, command: str) -> None:
-    """May this process drain ``spool`` (``command``: what to run as root, for the hint)?
-
-    Raises SpoolError: as SpoolDir.check(), or running/ is missing; Refused: running/ is not this
-    user's to write, or someone else could have changed the spool."""
+    """May this process drain ``spool`` (``command``: what to run as root, for the hint)? Raises SpoolError: as
+    SpoolDir.check(), or no running/; Refused: running/ is not this user's, or the spool is not trusted."""
     spool.check()
     if not spool.running_root.is_dir():
         raise SpoolError(f"no running/ folder in {spool.root}", "run onite init to repair the spool")
@@ -67,10 +62,9 @@ def _read_only(path: Path) -> bool:
 
 
 def resolve(root: Path, owner: int, command: str) -> Path:
-    """The spool's real path, each component of ``root`` checked on the way (sshd's StrictModes): a
-    symbolic link anywhere on it must be root's or ``owner``'s, in a folder no one else may change, or
-    its owner could point it elsewhere later and have a root driver act on a folder of theirs. The
-    driver uses the real path from then on, and looks at ``root`` again only to reload.
+    """The spool's real path, each component of ``root`` checked on the way: a symbolic link on it must be
+    root's or ``owner``'s, in a folder no one else may change, or its owner could later point a root driver
+    at a folder of theirs. The driver uses the real path from then on (``root`` again only to reload).
     Raises Refused: a link that is not to be trusted, naming it and its owner."""
     parts, current, hops = list(Path(os.path.abspath(root)).parts[1:]), Path("/"), 0
     while parts:
@@ -94,10 +88,8 @@ def resolve(root: Path, owner: int, command: str) -> Path:
 
 
 def recheck(spool: SpoolDir, owner: int, command: str) -> None:
-    """At a reload: the path the spool was given by, resolved again, must still lead to the folder
-    being drained (a link on it that changed is refused, never followed), and that folder must still
-    be trusted.
-    Raises Refused: it leads elsewhere now, through a link not to be trusted, or the spool is not."""
+    """At a reload: the path the spool was given by must still lead to the folder being drained (a changed
+    link is refused, never followed), and that folder must still be trusted. Raises Refused."""
     given = spool.location.path if spool.location is not None else spool.root
     real = resolve(given, owner, command)
     if real != spool.root:
