@@ -1,10 +1,7 @@
-"""SPOOL/metrics.HOST.state: what HOST's drivers have counted, kept apart from the results that
-retention removes, so that Prometheus' counters only ever grow.
-
-Whoever files a result on HOST (its driver; root cancelling a queued job) adds to it, under the
-flock of locks/metrics.HOST.lock, replacing it atomically; everyone may read it. A file that cannot be read back whole is
-DamagedRecord: readers take it as empty (a counter reset, which Prometheus' rate() allows for), and
-the driver says ``metrics-reset`` and writes it afresh.
+"""SPOOL/metrics.HOST.state: what HOST's drivers have counted, kept apart from the results retention
+removes, so that Prometheus' counters only ever grow. Whoever files a result on HOST adds to it under
+locks/metrics.HOST.lock; everyone may read it. A damaged file reads as empty (a counter reset, which
+Prometheus' rate() allows for), and the driver says ``metrics-reset`` and writes it afresh.
 """
 
 from __future__ import annotations
@@ -44,8 +41,8 @@ def _priority(text: object) -> str:
 
 
 class Counters:
-    """One host's counts since its file was made (all zero at first). A plain class, not a dataclass: cancel
-    files through it, and dataclasses imports inspect (most of that command's imports)."""
+    """One host's counts since its file was made. Not a dataclass: cancel files through it, and dataclasses
+    imports inspect (most of that command's imports)."""
 
     def __init__(self, *, host: str, finished: dict[tuple[str, str, str], int] | None = None, attempts: int = 0,
                  retries: int = 0, run_buckets: list[int] | None = None, run_sum: float = 0.0, refused: int = 0,
@@ -88,8 +85,7 @@ class Counters:
 
 
 def parse_counters(raw: bytes, host: str) -> Counters:
-    """The counters ``raw`` (a metrics.HOST.state file) holds, every field checked.
-    Raises DamagedRecord: not the version-1 record of ``host``'s counts."""
+    """The counters ``raw`` holds, every field checked. Raises DamagedRecord: not the record of ``host``'s."""
     try:
         data = values.loads_object(raw)
         if values.integer(data, "version", 0, BIG) != FORMAT:
@@ -131,8 +127,7 @@ def parse_counters(raw: bytes, host: str) -> Counters:
 
 
 def read_counters(spool: SpoolDir, host: str) -> Counters:
-    """``host``'s counters (all zero if it has no file yet).
-    Raises DamagedRecord: see parse_counters. SpoolIOError: it cannot be read."""
+    """``host``'s counters (all zero if it has no file yet). Raises DamagedRecord, SpoolIOError."""
     path = spool.state_path(METRICS, host)
     try:
         raw = path.read_bytes()
@@ -155,9 +150,8 @@ def every_host(spool: SpoolDir) -> dict[str, Counters]:
 
 
 def update_counters(spool: SpoolDir, host: str, change) -> tuple[Counters, str | None]:
-    """``change(counters)`` applied to ``host``'s counters and saved, under their lock: the counters
-    as saved, and why the file was started afresh (it was damaged), or None.
-    Raises SpoolIOError, SpoolError: the lock or the file cannot be read or written."""
+    """Apply ``change(counters)`` to ``host``'s counters and save them, under their lock; return them, and why
+    the file was started afresh (it was damaged) or None. Raises SpoolIOError, SpoolError."""
     lock = locks.take(spool.metrics_lock_path(host), timeout=10.0)
     if lock is None:
         raise SpoolIOError(spool.metrics_lock_path(host), "locking", TimeoutError("held for 10 s"))

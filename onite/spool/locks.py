@@ -1,10 +1,6 @@
-"""Driver locks: mutual exclusion among drivers that no other user can take part in.
-
-Every lock file is 0600 in SPOOL/locks/, a folder only the spool's owner may enter (0700): flock(2)
-needs only a descriptor, so a user who could open a lock file could hold it. The kernel drops a
-flock when its holder dies, so a crashed driver leaves no stale lock; every wait for one is
-bounded. Users cannot probe a lock: whether a driver is alive is its heartbeat's to say
-(onite.drain.heartbeat).
+"""Driver locks: flock(2) on 0600 files in SPOOL/locks/, a folder only the spool's owner may enter (0700),
+for a user who could open a lock file could hold it. The kernel drops a flock when its holder dies, and
+every wait for one is bounded. Whether a driver is alive is its heartbeat's to say (onite.drain.heartbeat).
 """
 
 from __future__ import annotations
@@ -24,10 +20,7 @@ _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 
 def ensure_dir(path: Path) -> None:
     """SPOOL/locks/ at ``path``, made if missing: a folder of this user's, closed to others (a wider mode is
-    narrowed).
-
-    Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
-    root's spool has one of another user's; SpoolIOError."""
+    narrowed). Raises Refused: the spool is root's; SpoolError: not a folder, or another user's; SpoolIOError."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -74,12 +67,9 @@ class Lock:
 
 
 def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
-    """flock the lock file ``path`` in SPOOL/locks/ (``ensure_dir``; the file made if missing: a regular file of
-    this user's, 0600) exclusively, trying for at most ``timeout`` seconds; None if another holds it. ``holder``
-    is written into the file, for root's eyes.
-
-    Raises Refused: this user may not open it (the spool is root's); SpoolError: it is not a regular
-    file of this user's; as ensure_dir; SpoolIOError."""
+    """flock the lock file ``path`` (made if missing: a regular file of this user's, 0600) exclusively, trying
+    for at most ``timeout`` seconds; None if another holds it. ``holder`` is written into it, for root's eyes.
+    Raises Refused: the spool is root's; SpoolError: not a regular file of this user's; as ensure_dir."""
     ensure_dir(path.parent)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
@@ -125,8 +115,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
 
 
 def leave_wake(spool: SpoolDir, host: str) -> bool:
-    """Leave the request ``locks/wake.HOST`` that HOST's idle daemon drain now; False if it cannot be left.
-    Raises as ``ensure_dir``."""
+    """Leave ``locks/wake.HOST``, asking HOST's idle daemon to drain now; False if it cannot. Raises as ensure_dir."""
     ensure_dir(spool.locks_dir)
     try:
         os.close(os.open(spool.wake_path(host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
