@@ -1,8 +1,5 @@
-"""Recurring jobs on disk: the templates in SPOOL/recur/, and SPOOL/recur.state (what was spooled).
-
-A template is written like a job, into the sticky recur/ folder; its file's owner is the
-template's owner. recur.state is written by the driver where only root may write, so users
-cannot forge it; drivers of several hosts change it one at a time (``state_lock``).
+"""Recurring jobs on disk: the templates in the sticky recur/ folder, written like jobs (the file's owner is
+the template's), and recur.state, what was spooled: root's, changed by one host's driver at a time.
 """
 
 from __future__ import annotations
@@ -30,12 +27,11 @@ RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another
 
 def template_problem(name: str, st: os.stat_result, max_size: int, resolve_uid: Callable[[int], object], *,
                      may_settle: bool = False):
-    """Why a driver refuses the template ``name`` as ``st`` finds it, whatever it holds (its file: its owner's
-    account, links, size; its name; whose file it is), SETTLING (look again soon), or "": the one rule of the
-    driver and ``recur list``. ``resolve_uid`` raises Refused for a uid with no account (onite.exec.identity)."""
+    """Why the driver and ``recur list`` refuse the template ``name`` as ``st`` finds it (its file, its name,
+    whose it is), SETTLING (look again soon), or "". ``resolve_uid``: as filecheck.file_problem."""
     problem = file_problem(st, max_size=max_size, resolve_uid=resolve_uid, may_settle=may_settle)
     if not problem:
-        try:  # recur add's own limit: a longer name (a file put in recur/ by hand) leaves its runs no valid name
+        try:  # recur add's limit: a longer name (put in recur/ by hand) leaves its runs no valid name
             check_template_name(split_key(name)[1])
         except OniteError as err:
             problem = str(err)
@@ -45,8 +41,7 @@ def template_problem(name: str, st: os.stat_result, max_size: int, resolve_uid: 
 
 
 def is_template(spool: SpoolDir, key: str) -> bool:
-    """Is there a recurring job ``key`` (USER:NAME) of its user's own? recur/ is sticky, so anyone may put a file
-    there under another user's key: a forgery is no one's recurring job (the driver refuses it)."""
+    """Is there a recurring job ``key`` (USER:NAME) of its user's own? A forgery in the sticky recur/ is not."""
     try:
         return os.lstat(spool.recur_dir / key).st_uid == key_uid(key)
     except (OSError, ValueError):
@@ -60,10 +55,9 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 
 
 def runs_in_flight(spool: SpoolDir, owners: dict[str, int]) -> dict[str, list[str]]:
-    """By template of ``owners`` (its name: its owner's uid), the names of its runs queued (held too) or running:
-    the files named as its runs in the queue folders and running/ that its owner owns and that are their key's
-    user's (one another user put there under such a name, or at another user's key, holds nothing back). A folder
-    that cannot be listed is passed over."""
+    """By template of ``owners`` (its name: its owner's uid), the names of its runs queued or running: files
+    named as its runs, its owner's and their key's user's (a forgery holds nothing back). A folder that cannot
+    be listed is passed over."""
     runs: dict[str, list[str]] = {}
     if not owners:  # no listing for no template: a queue may hold 100,000 jobs
         return runs
@@ -80,14 +74,12 @@ def runs_in_flight(spool: SpoolDir, owners: dict[str, int]) -> dict[str, list[st
 
 
 def used_templates(spool: SpoolDir) -> tuple[list[tuple[str, Path, os.stat_result]], dict[int, int]]:
-    """The templates that are used (``template_files``): each user's first ``max_templates`` by name (the file's
-    owner's: a user cannot make files another owns; its files of one link first), root's all; and by uid, how many
-    of each user's are set aside beyond them, which no one reads (one user's thousands must not slow anyone else's
-    drain or status)."""
+    """The templates used: each file owner's first ``max_templates`` by name, root's all; and by uid, how many of
+    each user's are set aside unread beyond them (one user's thousands must not slow anyone else's drain)."""
     cap = spool.config.max_templates
     used, counts = [], {}
-    # a file of several links counts after its owner's own: anyone may link a file its owner left writable by
-    # all, and the link keeps that owner (a template is only ever used with one link: it sets none aside)
+    # files of one link first: anyone may link a file its owner left writable by all, and the link keeps
+    # that owner (a template of several links is never used, so it sets none of the owner's aside)
     for found in sorted(template_files(spool), key=lambda found: found[2].st_nlink != 1):
         uid = found[2].st_uid
         counts[uid] = counts.get(uid, 0) + 1
@@ -104,8 +96,8 @@ def set_aside_text(user: str, count: int, cap: int) -> str:
 
 
 def load_state(spool: SpoolDir) -> dict[str, dict]:
-    """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
-    entry's values are checked where they are used (``parse_stamp``, ``rule_from_state``, …); never raises."""
+    """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged; never raises.
+    An entry's values are checked where they are used (``parse_stamp``, ``rule_from_state``, …)."""
     try:
         data = loads_object(spool.recur_state_path().read_bytes())
     except (OSError, ValueError):
@@ -123,8 +115,8 @@ def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
 
 @contextmanager
 def state_lock(spool: SpoolDir):
-    """One read-modify-write of recur.state at a time, among the drivers of several hosts.
-    Raises SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as locks.take."""
+    """One read-modify-write of recur.state at a time among the drivers of several hosts.
+    Raises SpoolError: another driver held it for RECUR_LOCK_WAIT seconds; as locks.take."""
     held = locks.take(spool.recur_lock_path(), timeout=RECUR_LOCK_WAIT)
     if held is None:
         raise SpoolError(f"another driver held {spool.recur_lock_path()} for {RECUR_LOCK_WAIT:.0f} s",

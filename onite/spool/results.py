@@ -1,7 +1,6 @@
-"""Result records ``jobsdone/NAME@result``: the JSON record of each finished job (onite.core.state.Result).
-
-Written by the driver, replaced atomically, read by everyone: a record torn by a crash or damaged
-on disk is DamagedRecord, never a traceback, and listings leave it out and name it (``damaged_note``).
+"""Result records ``jobsdone/NAME@result``, each finished job's (onite.core.state.Result): written by the
+driver, replaced atomically, read by everyone; a damaged one is DamagedRecord, never a traceback, and
+listings leave it out and name it (``damaged_note``).
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from onite.spool.scan import listing
 
 
 def read_result(spool: SpoolDir, name: str) -> Result | None:
-    """The result of the latest finished run of ``name``, or None if there is none.
-    Raises DamagedRecord: it cannot be read back (torn, damaged, another name's); SpoolIOError."""
+    """The result of the latest finished run of ``name``, or None.
+    Raises DamagedRecord: torn, damaged, or another name's; SpoolIOError."""
     path = spool.result_path(name)
     try:
         data = path.read_bytes()

@@ -1,9 +1,8 @@
 """Retention: keep each user's last ``keep`` finished jobs (result, job file, output); remove older ones.
 
-"Last" is by the result record's mtime, "each user's" by the uid it names: counted over the whole
-spool, one user's jobs (or files dropped in a queue, each filed as theirs) would push everyone
-else's out. Nothing of a name queued or running again is removed (its old result, job file and
-output stay until it is filed anew); stdout/NAME@stderr goes with stdout/NAME.
+"Last" by the result record's mtime, "each user's" by the uid it names: counted over the whole spool,
+one user's jobs would push everyone else's out. Nothing of a name queued or running again is removed
+until it is filed anew.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ _OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) → uid: r
 
 
 def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
-    """Remove each user's finished jobs beyond their newest ``keep``; return how many went. ``strays``:
-    also remove what no kept result explains (left by a crash or a cancel), older than every kept one.
-    Raises SpoolIOError: jobsdone/ cannot be listed."""
+    """Remove each user's finished jobs beyond their newest ``keep``; return how many. ``strays``: also what no
+    kept result explains (left by a crash or a cancel), older than every kept one. Raises SpoolIOError."""
     records: list[tuple[int, str, int]] = []
     for entry in listing(spool.done_dir):
         if entry.name.endswith(RESULT) and entry.name[0] != ".":
@@ -42,8 +40,7 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
     hosts = spool.hosts()  # listed once, not once per record removed
     removed = 0
     for _, name in beyond:
-        # a job of that name queued or running again keeps all of it until it is filed: looked at just before its
-        # files go, for another host's driver may be filing it as this one prunes
+        # looked at just before its files go: another host's driver may be filing it as this one prunes
         if name in protect or is_live(spool, name, hosts):
             continue
         for path in spool.finished_files(name):
@@ -89,8 +86,8 @@ def _owner(spool: SpoolDir, name: str) -> int | None:
 
 
 def remove_temp_files(spool: SpoolDir, now: float) -> int:
-    """Remove the dot-name ``.tmp`` files of writers killed mid-write, once TEMP_AGE seconds old
-    (the writer may be another machine's, whose processes cannot be looked at); return how many."""
+    """Remove the ``.tmp`` dot-names of writers killed mid-write, once TEMP_AGE old (the writer may be another
+    machine's); return how many."""
     folders = [spool.done_dir, spool.stdout_dir, spool.cancel_dir, spool.recur_dir, spool.jobs_dir]
     folders += [folder for _, folder in spool.queue_folders()]
     folders += [spool.running_dir(host) for host in spool.hosts()]
