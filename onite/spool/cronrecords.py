@@ -1,8 +1,6 @@
-"""SPOOL/cron.HOST.state: the world-readable record of the cron entry that drains the spool on HOST.
-
-Nobody but root may read root's crontab, so ``onite cron --install`` records here what it
-installed and the next drain, which a driver that cron started keeps current; ``status`` and
-``submit`` read it. Only the spool's owner writes there; every field is still checked on reading.
+"""SPOOL/cron.HOST.state: the world-readable record of the cron entry that drains the spool on HOST (only
+root may read root's crontab), and of the next drain, which a driver that cron started keeps current.
+Only the spool's owner writes it; every field is still checked on reading.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Where a dependency stands, as the spool shows it: one answer for the driver and ``onite status``.
-
-A dependency is a job key (``USER:NAME``): only that user's job of the name counts, and a file at
-the key that is not its user's (a forgery) is not that job.
-"""
+"""Where a dependency, a job key (``USER:NAME``), stands: one answer for the driver and ``onite status``."""
 
 from __future__ import annotations
 
@@ -15,10 +11,8 @@ from onite.spool.scan import Withdrawn, is_live, key_uid
 
 
 def dependency_state(spool: SpoolDir, key: str, withdrawn: Withdrawn | None = None) -> DepState:
-    """The state of job ``key`` as a dependency: PENDING while queued or running, else its latest
-    outcome; MISSING if its user has no account or it left no trace. ``withdrawn``: cancel/ as the
-    caller listed it, else it is listed here.
-    Raises SpoolIOError: a folder or result record cannot be read."""
+    """The state of job ``key`` (its user's, never a forgery) as a dependency: PENDING while queued or running,
+    else its latest outcome, or MISSING. ``withdrawn``: cancel/ as the caller listed it. Raises SpoolIOError."""
     uid = key_uid(key)
     if uid is None:
         return DepState.MISSING

@@ -1,8 +1,5 @@
-"""Holds: a queued job skipped until released, keeping its place in its queue.
-
-A hold never touches the job file (a new ctime would be a new place): it is an empty marker
-hold/NAME@TOKEN, honoured only when its owner is the job's owner or root, since anyone may add a
-file to the sticky hold/ folder.
+"""Holds: a queued job skipped until released, keeping its place (its file's ctime): an empty marker
+hold/NAME@TOKEN in the sticky hold/, honoured only when it is the job's owner's or root's.
 """
 
 from __future__ import annotations
@@ -18,15 +15,14 @@ from onite.spool.scan import token_names
 
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
-    """Hold ``name`` with a new marker owned by ``owner`` (root holding a user's job gives the marker
-    to that user, who may then release it). Raises SpoolError: no hold/ folder. SpoolIOError: it cannot be made."""
+    """Hold ``name`` with a new marker owned by ``owner`` (root gives it to the job's user, who may then release
+    it). Raises SpoolError: no hold/ folder; SpoolIOError."""
     return create_marker(spool.hold_dir, name, "holding a job with", owner)
 
 
 def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:
-    """Remove the markers of ``name`` (or of several names) owned by one of ``uids`` (None: all, which
-    only root may); return how many went. Those this process may not remove are left.
-    Raises SpoolIOError: hold/ cannot be listed."""
+    """Remove the markers of ``name`` (or several names) owned by one of ``uids`` (None: all, for root); return
+    how many went. Those this process may not remove are left. Raises SpoolIOError."""
     names = {name} if isinstance(name, str) else set(name)
     wanted = None if uids is None else set(uids)
     removed = 0

@@ -1,9 +1,6 @@
-"""Run records ``running/HOST/NAME@run`` on disk (their lines: onite.core.runrecord).
-
-JSON lines, appended and never rewritten, world-readable (``onite list`` shows who runs what). The
-driver writes the first line before it claims the job; the monitor appends the others, and a
-driver that stops the run its ``stop`` line, each one write(2) on an O_APPEND descriptor: a reader
-sees whole lines and at most one partial last line, which it ignores.
+"""Run records ``running/HOST/NAME@run`` on disk (their lines: onite.core.runrecord): world-readable JSON
+lines, each one O_APPEND write(2), so a reader sees whole lines and at most a partial last one, which it
+ignores. The driver writes the first before it claims the job; the monitor and a stopping driver the rest.
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ class RecordError(Exception):
 
 
 def create(path: str, info: dict) -> int:
-    """Create the record at ``path`` holding ``info`` as its first line, replacing a dead run's; return
-    an O_APPEND descriptor for the monitor.
-    Raises RecordError: it cannot be written (a full disk, a missing folder): start nothing."""
+    """Create the record at ``path`` with ``info`` as its first line, replacing a dead run's; return an O_APPEND
+    descriptor for the monitor. Raises RecordError: it cannot be written (then start nothing)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         try:
@@ -50,8 +46,7 @@ def append(fd: int, event: dict) -> None:
 
 
 def add_event(path: str, event: dict) -> None:
-    """Append ``event`` to the record at ``path`` (a driver's ``stop`` line).
-    Raises RecordError: it cannot be opened or written."""
+    """Append ``event`` to the record at ``path`` (a driver's ``stop`` line). Raises RecordError."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
@@ -65,8 +60,7 @@ def add_event(path: str, event: dict) -> None:
 
 
 def read(path) -> RunRecord | None:
-    """The record at ``path``, or None if there is none or its first line cannot be read; a damaged
-    line is skipped."""
+    """The record at ``path``, or None if its first line cannot be read; a damaged line is skipped."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:

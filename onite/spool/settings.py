@@ -11,9 +11,8 @@ from onite.spool.accounts import user_name
 
 
 def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
-    """Read ``path``; a spool without onite.toml uses the defaults. Given ``skipped``, what is wrong goes there
-    and its defaults are used instead (onite.core.config.parse_config).
-    Raises ConfigError: unreadable or invalid (without ``skipped``: the first fault)."""
+    """Read ``path`` (none: the defaults). Given ``skipped``, faults go there and their defaults are used instead;
+    else raises ConfigError, the first fault."""
     faults: list[ConfigError] = []
     try:
         config = parse_config(path.read_text(encoding="utf-8"), str(path), faults)
