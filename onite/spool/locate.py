@@ -1,8 +1,6 @@
-"""Which spool a command uses: --spool, else ONITE_SPOOL, else the system spool, else a personal one.
-
-The system spool is /var/spool/onite unless /etc/onite.toml (or ONITE_SYSTEM_CONFIG) says
-``spool = "/srv/onite"``. A user gets a personal spool ($XDG_STATE_HOME/onite) only where root
-has not set up a system spool (docs/admin-guide.md). Nothing here writes.
+"""Which spool a command uses: --spool, else ONITE_SPOOL, else the system spool (/var/spool/onite unless
+/etc/onite.toml says ``spool = "/srv/onite"``), else, where root has set up none, a personal one
+($XDG_STATE_HOME/onite; docs/admin-guide.md). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -48,8 +46,8 @@ class Location(Record):
 
 
 def system_spool(environ) -> tuple[Path, str]:
-    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml, else the default.
-    The file must be root's (or the caller's) and writable by nobody else: it chooses root's spool too.
+    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml, else the default. The
+    file chooses root's spool too, so must be root's (or the caller's) and writable by nobody else.
     Raises ConfigError: it cannot be read, is not so, is not TOML, or says something else."""
     path = Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
     try:
@@ -103,8 +101,8 @@ def _absolute(path: str, given: str) -> Path:
 
 
 def _home(environ, euid: int) -> str:
-    """$HOME, if absolute; else (unset, empty, relative: a spool that would follow the current directory) the
-    account's home. Raises InvalidInput: neither is absolute."""
+    """$HOME if absolute (a relative one would follow the current directory), else the account's home.
+    Raises InvalidInput: neither is absolute."""
     home = environ.get("HOME") or ""
     if home.startswith("/"):
         return home
@@ -121,8 +119,8 @@ def _home(environ, euid: int) -> str:
 
 
 def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
-    """--spool, then ONITE_SPOOL, then the system spool for root and, once root has initialised it,
-    for everyone, else a personal spool. Raises ConfigError: /etc/onite.toml is bad (system_spool)."""
+    """--spool, ONITE_SPOOL, the system spool for root and, once root has initialised it, for everyone, else a
+    personal spool. Raises ConfigError: /etc/onite.toml is bad (system_spool)."""
     if explicit is not None:
         if not explicit:
             raise InvalidInput("--spool is empty", "give the spool's folder, or leave --spool out for the default")

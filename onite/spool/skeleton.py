@@ -1,8 +1,7 @@
 """``onite init``: make (or complete) a spool from the skeleton in spool-skel/, with the modes of docs/security.md.
 
-Idempotent: a folder that exists is given its mode again, a missing one is made, and an onite.toml
-someone changed is never overwritten. ``init`` never adopts what another user made (a folder of
-the spool or above it, a link): that user could then change what the driver runs.
+Idempotent: a folder that exists is given its mode again, and an onite.toml someone changed is never
+overwritten. It never adopts what another user made: that user could then change what the driver runs.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ PAM_DIR = "/etc/pam.d"  # where ``onite init`` installs the PAM service (ONITE_P
 
 
 def install_pam_service(pam_dir: Path, service: str) -> str:
-    """Install the PAM service jobs' sessions open (spool-skel/pam.d-onite) as ``pam_dir/service``,
-    unless a file is there already: an admin's is never replaced. What it did, in words.
-    Raises SpoolIOError: it cannot be written."""
+    """Install the PAM service of jobs' sessions (spool-skel/pam.d-onite) as ``pam_dir/service``, unless an
+    admin's file is there; what it did, in words. Raises SpoolIOError."""
     target = pam_dir / service
     if not pam_dir.is_dir():
         return f"PAM: {pam_dir} does not exist (no PAM here): jobs get no PAM session"
@@ -59,8 +57,8 @@ class InitReport(Record):
 
 def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitReport:
     """Create (or complete) a spool: ``system`` (root's shared spool) with the multi-user modes of
-    docs/security.md, else private to the caller (0700). Raises Refused: onite.toml was changed by hand
-    and disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
+    docs/security.md, else private to the caller. Raises Refused: onite.toml was changed by hand and
+    disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
     skel = skeleton_config()
     if os.path.islink(root):  # /var/spool/onite -> /srv/onite: the folder it leads to, if a driver would follow it
@@ -111,8 +109,8 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         _make_dir(folder, 0o755, created, root)
     for folder in (spool.cancel_dir, spool.recur_dir, spool.hold_dir, spool.edit_dir):
         _make_dir(folder, queue_mode, created, root)
-    _make_dir(spool.refused_dir, 0o700, created, root)
-    _make_dir(spool.locks_dir, 0o700, created, root)  # no other user may open (and so hold) a lock
+    for folder in (spool.refused_dir, spool.locks_dir):  # no other user may open (and so hold) a lock
+        _make_dir(folder, 0o700, created, root)
     if not spool.log_path.exists():
         replace_file(spool.log_path, b"", mode=0o644, durable=True)
         created.append(spool.log_path.name)
