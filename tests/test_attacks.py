@@ -1340,7 +1340,7 @@ def test_a_socket_swapped_in_and_out_of_a_queue_is_no_job_file_to_any_reader(spo
 
     from onite.spool.filecheck import BadFile, read_job_file
     from onite.spool.paths import SpoolDir
-    from onite.spool.watch import TimedWatch
+    from onite.spool.index import TimedWatch
 
     queue, stop = spool / "jobs" / "P4", spool / "stop-swapping"
 

@@ -619,7 +619,7 @@ def test_scheduled_window_across_the_spring_forward_night():
 
 def test_timed_watch_reads_only_new_headers(spool):
     from onite.spool.paths import SpoolDir
-    from onite.spool.watch import TimedWatch
+    from onite.spool.index import TimedWatch
 
     for i in range(30):
         submit(f"plain{i}", "true\n")

@@ -341,7 +341,7 @@ def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
 
 def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool, workdir):
     from onite.spool.paths import SpoolDir
-    from onite.spool.watch import TimedWatch
+    from onite.spool.index import TimedWatch
 
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
@@ -359,7 +359,7 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
     here by the kernel (/proc/self/io), and a real job's ``at:`` is still found."""
     from onite.spool.paths import SpoolDir
     from onite.core.jobfile import WATCHED_HEAD
-    from onite.spool.watch import TimedWatch
+    from onite.spool.index import TimedWatch
 
     queue = spool / "jobs" / "P4"
     at = b"at: 2099-01-01T02:00:00+00:00"
@@ -397,7 +397,7 @@ def test_a_users_files_named_as_no_job_are_not_kept_by_the_daemon_once_gone(spoo
     every such name it had ever listed, and root's daemon grew by 12 MB a minute (20 MB → 45 MB
     after 100,000 names, never given back). Now a listing keeps only the names it found."""
     from onite.spool.paths import SpoolDir
-    from onite.spool.watch import TimedWatch
+    from onite.spool.index import TimedWatch
 
     queue = spool / "jobs" / "P4"
     watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
@@ -423,7 +423,7 @@ def test_a_users_jobs_moved_away_and_back_again_and_again_are_not_kept_by_the_da
     (it counted names gone, which a name back again is not): root's daemon grew by 30 MB every 90 s
     and spent 12% of a CPU. Now a folder's order is compacted once most of its entries are stale."""
     from onite.spool.paths import SpoolDir
-    from onite.spool.watch import TimedWatch
+    from onite.spool.index import TimedWatch
 
     queue = spool / "jobs" / "P5"
     names = [f"nobody:f{i}" for i in range(100)]

@@ -29,7 +29,7 @@ from onite.spool.log import ActivityLog
 from onite.spool.paths import DAEMON_STATE, SpoolDir
 from onite.spool.scan import listing
 from onite.spool.settings import default_host
-from onite.spool.watch import TimedWatch
+from onite.spool.index import TimedWatch
 
 POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sleeping
 LOCK_RETRY = 5.0  # seconds between tries while another driver holds this host's lock
@@ -61,7 +61,7 @@ class Daemon:
         self._refused_schedule = None  # the last schedule in onite.toml found not valid (logged once)
         self.last: datetime | None = None  # the last schedule time handled
         self.next_scheduled: datetime | None = None
-        self.timed_mark: datetime | None = None  # when the last drain started (onite.spool.watch)
+        self.timed_mark: datetime | None = None  # when the last drain started (onite.spool.index.TimedWatch)
         self._pending_fire: datetime | None = None  # a schedule time a widened timed drain is handling
         self._recur_pause: datetime | None = None  # after an error spooling recurring jobs
         self._wakeup_fd = -1

@@ -18,7 +18,7 @@ from onite.core.values import loads_object, whole_text
 
 FORMAT = 1
 MAGIC = b"onite-job: "
-WATCHED_HEAD = 64 << 10  # the daemon's watch (onite.spool.watch) reads at: and pin: lines in this many bytes
+WATCHED_HEAD = 64 << 10  # the daemon's watch (onite.spool.index) reads at: and pin: lines in this many bytes
 _NAMED = {0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x1B: "\\e"}
 _PLAIN = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")  # printable ASCII but the backslash
 _UNESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{2}|.)", re.DOTALL)
