@@ -3,8 +3,9 @@
 A job's state is the folder its file is in, and every change of state is one rename(2) (``change_state``),
 so a crash leaves each job in exactly one state. A new file is written under a dot-name (which listings
 skip), fsync'ed, then named with renameat2(RENAME_NOREPLACE), or link(2) where there is none: nobody sees
-half a job and no job replaces another. Its ctime is its place in the queue (onite.core.queue). Records
-the driver owns (results, heartbeats, state files) are replaced atomically (``replace_file``).
+half a job and no job replaces another. Its ctime is its place in the queue (onite.core.queue): a user may
+edit their own job file, so nothing in it decides order, owner or rights. Records the driver owns (results,
+heartbeats, state files) are replaced atomically (``replace_file``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
     """Create ``folder/name``, ``uid``'s job (a retry, a recurring run): a forgery at the name is exchanged
     with it in one step (RENAME_EXCHANGE), so no one can keep the key by putting a file back as it is moved
     aside. Returns the forgery's new path (a dot-name, for the caller to set aside), or None.
-    Raises Refused: ``uid``'s own file has the name, or a forgery cannot be exchanged (NFS); SpoolIOError."""
+    Raises Refused: ``uid``'s own file has the name, or a forgery cannot be exchanged (NFS) or
+    keeps changing; SpoolIOError."""
     tmp = write_unnamed(folder, name, data, mode, owner, durable=durable)
     final = f"{folder}/{name}"
     try:
