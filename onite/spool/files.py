@@ -172,7 +172,7 @@ def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int,
         if owner is not None:
             os.fchown(fd, *owner)
         write_all(fd, data)
-        os.fchmod(fd, mode)
+        os.fchmod(fd, mode)  # not what the umask made of it
         if durable:
             os.fsync(fd)
         written = True
