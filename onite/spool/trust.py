@@ -1,7 +1,7 @@
 """May the driver trust this spool? A root driver runs what onite.toml and the queues say, so, like sshd's
-StrictModes, onite refuses a spool someone other than its owner could have changed: the spool, every
-folder above it (root's too), its own folders, onite.toml and onite.log must be its owner's and writable
-by nobody else, except sticky folders: those users add files to, and folders above such as ``/tmp``.
+StrictModes, onite refuses a spool someone other than its owner could have changed: the spool, its own
+folders, onite.toml and onite.log must be its owner's, every folder above it its owner's or root's, and all
+writable by nobody else, except sticky folders: those users add files to, and folders above such as ``/tmp``.
 """
 
 from __future__ import annotations
