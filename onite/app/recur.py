@@ -23,8 +23,8 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
 from onite.core.policy import check_urgent, owner_or_root
-from onite.core.recurring import (check_template_name, instance_name, known_priority, rule_fields, rule_from_state,
-                                  rule_of)
+from onite.core.recurring import (check_template_name, known_priority, rule_fields, rule_from_state, rule_of,
+                                  waited_for)
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
@@ -159,13 +159,11 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
         if rule is not None and not problem:
             with contextlib.suppress(InvalidInput):  # a cron rule that stops firing, or one past onite's last time
                 upcoming_fire = next_fire(rule, now)
-        # as the driver will look at that fire: a run spooled for a later one holds nothing back
-        waits = [run for run in runs.get(name, ())
-                 if upcoming_fire is None or run <= instance_name(name, upcoming_fire)]
+        waits = waited_for(runs.get(name, []), name, upcoming_fire)  # as the driver will look at that fire
         views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid),
                                   rule=describe(rule) if rule is not None else "?", priority=priority, urgent=urgent,
                                   next=upcoming_fire, last=parse_stamp(known.get("last")), problem=problem,
-                                  waits_for=label(min(waits)) if waits else ""))
+                                  waits_for=label(waits) if waits else ""))
     return views
 
 

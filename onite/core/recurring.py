@@ -73,6 +73,13 @@ def template_of(run: str) -> str | None:
     return run[:stamp.start()] if stamp is not None and stamp.start() else None
 
 
+def waited_for(runs: list[str], template: str, fire: datetime | None) -> str | None:
+    """Which of ``runs`` (the template's runs queued or running) its fire at ``fire`` waits for: the first, of a
+    fire up to it (one spooled for a later fire, a clock set ahead since, holds nothing back); None: none."""
+    latest = instance_name(template, fire) if fire is not None else None
+    return min((run for run in runs if latest is None or run <= latest), default=None)
+
+
 def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:
     """The job an instance is: the template's text, world and options, not before ``fire``."""
     return template._replace(
