@@ -12,7 +12,7 @@ import json
 import os
 import select
 import signal
-from datetime import datetime, time as dtime, timedelta
+from datetime import datetime, time as dtime
 
 from onite.core import values
 from onite.core.clock import SYSTEM, set_back_since
@@ -35,7 +35,6 @@ POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sle
 LOCK_RETRY = 5.0  # seconds between tries while another driver holds this host's lock
 STATE_FORMAT = 1
 LATE = 60.0  # a scheduled drain starting this many seconds after its time is logged as a catch-up
-RECUR_PAUSE = timedelta(minutes=1)  # after an error spooling recurring jobs, try again this much later
 
 
 class Daemon:
@@ -63,7 +62,6 @@ class Daemon:
         self.next_scheduled: datetime | None = None
         self.timed_mark: datetime | None = None  # when the last drain started (onite.spool.index.TimedWatch)
         self._pending_fire: datetime | None = None  # a schedule time a widened timed drain is handling
-        self._recur_pause: datetime | None = None  # after an error spooling recurring jobs
         self._wakeup_fd = -1
         self._lock_fd: int | None = None
         self.started_at = self.clock.now()
@@ -156,13 +154,13 @@ class Daemon:
                 self._drain(only_timed=False)
                 continue
             self.heartbeat.tick()
-            self._spool_recurring(now)
+            self.recur.try_spool_due(now)
             self.watch.refresh()
             due = self.watch.next_due(self.timed_mark)
             if due is not None and due <= now:
                 self._drain(only_timed=True)
                 continue
-            wake = min((t for t in (self.next_scheduled, self._next_recurring(), due) if t is not None),
+            wake = min((t for t in (self.next_scheduled, self.recur.next_fire(), due) if t is not None),
                        default=None)
             timeout = POLL if wake is None else min(POLL, max((wake - now).total_seconds(), 0.0))
             self._sleep(timeout)
@@ -240,7 +238,7 @@ class Daemon:
                         lock_fd=self._lock_fd, heartbeat=self.heartbeat, clock=self.clock)
         self.heartbeat.beat(state=BeatState.TIMED if only_timed else BeatState.DRAINING)
         try:
-            self._spool_recurring(self.timed_mark)
+            self.recur.try_spool_due(self.timed_mark)
             driver.drain()
         finally:
             self.heartbeat.beat(state=BeatState.IDLE)
@@ -257,7 +255,7 @@ class Daemon:
     def _tick(self, driver: Driver, now: datetime) -> datetime | None:
         """Each turn of the driver: spool recurring jobs, widen a timed drain when a schedule time comes; when it
         next has something to do."""
-        self._spool_recurring(now)
+        self.recur.try_spool_due(now)
         if driver.night.window_closed and not driver.night.only_timed and driver.night.running:
             driver.narrow_to_timed(now)  # a job running past until holds no --at or recurring job back
             self.heartbeat.beat(state=BeatState.TIMED)
@@ -277,16 +275,8 @@ class Daemon:
                 self.heartbeat.beat(state=BeatState.DRAINING)
                 self._pending_fire = step.drain
                 self._set_next(step.next)
-        nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.night.only_timed else None) if t]
+        nxt = [t for t in (self.recur.next_fire(), self.next_scheduled if driver.night.only_timed else None) if t]
         return min(nxt, default=None)
-
-    def _spool_recurring(self, now: datetime) -> None:
-        """Spool due recurring instances; after an error (logged), leave them for a while."""
-        if self._recur_pause is None or now >= self._recur_pause:
-            self._recur_pause = None if self.recur.try_spool_due(now) else now + RECUR_PAUSE
-
-    def _next_recurring(self) -> datetime | None:
-        return self._recur_pause or self.recur.next_fire()
 
     def _sleep(self, timeout: float) -> None:
         if select.select([self._wakeup_fd], [], [], timeout)[0]:

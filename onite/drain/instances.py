@@ -24,7 +24,7 @@ from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
 from onite.core.queue import DepState
-from onite.core.recurring import instance_job, instance_name, rule_fields, rule_of
+from onite.core.recurring import instance_job, rule_fields, rule_of, waited_for
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
@@ -39,7 +39,7 @@ from onite.spool.accounts import user_name
 from onite.spool.scan import Withdrawn
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
-RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), or while one runs
+RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), while one runs, an error
 COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
@@ -80,10 +80,11 @@ class RecurScheduler:
         self._waiting: dict[str, str] = {}  # template → the queued or running run its fires wait for (logged)
         self._queued_runs: dict[str, list[str]] | None = None  # template → its runs in the queues and running/
         self._withdrawn = Withdrawn(spool)  # cancel/ by name: listed afresh at each look (and once it changed)
+        self._paused: datetime | None = None  # after an error (logged), nothing is tried until then
 
     def next_fire(self) -> datetime | None:
-        """The earliest next fire of the usable templates (after ``refresh``)."""
-        return min((t.next for t in self.templates.values() if t.next is not None), default=None)
+        """The earliest next fire of the usable templates (after ``refresh``); after an error, when to try again."""
+        return self._paused or min((t.next for t in self.templates.values() if t.next is not None), default=None)
 
     def refresh(self, *, force: bool = False) -> None:
         """Look at recur/ again (at most every REFRESH_EVERY seconds unless forced)."""
@@ -171,23 +172,23 @@ class RecurScheduler:
         before it saved recur.state; one for a later fire (a clock set ahead since) holds nothing back."""
         if self._queued_runs is None:  # listed once a look
             self._queued_runs = runs_in_flight(self.spool, {name: tpl.uid for name, tpl in self.templates.items()})
-        latest = instance_name(name, fire)
-        runs = [run for run in self._queued_runs.get(name, ()) if run <= latest]
-        return min(runs) if runs else None
+        return waited_for(self._queued_runs.get(name, []), name, fire)
 
-    def try_spool_due(self, now: datetime) -> bool:
-        """``spool_due``, an error logged, not raised (what users put in recur/ never stops a night);
-        False after one."""
+    def try_spool_due(self, now: datetime) -> None:
+        """``spool_due``, an error logged, not raised (what users put in recur/ never stops a night); after
+        one, nothing is tried for RETRY_AFTER."""
+        if self._paused is not None and now < self._paused:
+            return
+        self._paused = None
         try:
             self.spool_due(now)
-            return True
         except Exception as err:  # noqa: BLE001 - see the docstring
             known = isinstance(err, (OniteError, OSError))
             if not known:
                 traceback.print_exc(file=sys.stderr)
             self.log.event("recur-error", error=str(err) if known else f"{type(err).__name__}: {err}",
                            note="recurring jobs were not spooled; they are tried again later")
-            return False
+            self._paused = now + RETRY_AFTER
 
     def spool_due(self, now: datetime) -> list[str]:
         """Spool one instance for each template whose latest fire in (last spooled, now] is not
