@@ -172,11 +172,9 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
     return json.dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1)
 
 
-def upcoming(spool: SpoolDir, now: datetime) -> list[dict]:
+def upcoming(spool: SpoolDir, now: datetime) -> list[TemplateView]:
     """The next 10 due recurring jobs, soonest first, for ``onite status``."""
-    views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
-    return [{key: view[key] for key in ("name", "user", "rule", "next", "priority", "urgent", "waits_for")}
-            for view in (v.to_json() for v in views[:10])]
+    return sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))[:10]
 
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result, *, head: bool = False) -> tuple[Job, object]:

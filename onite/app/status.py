@@ -11,7 +11,7 @@ from datetime import datetime
 
 from onite.app.common import label
 from onite.app.listing import running_views
-from onite.app.recur import upcoming
+from onite.app.recur import TemplateView, upcoming
 from onite.app.report import build, night_of
 from onite.core.record import Record
 from onite.drain import heartbeat as hb
@@ -40,7 +40,7 @@ class StatusInfo(Record):
     schedule: tuple[str, ...]
     until: str | None
     drain: DrainPlan  # what will drain the spool next, or why nothing will
-    recurring: list[dict]
+    recurring: list[TemplateView]  # the next due
     location: str  # which spool, and why: "system spool /var/spool/onite (default: it exists)"
     schedule_next: datetime | None  # the next time of `schedule`, whether or not anything starts a drain then
     warnings: list[str]
@@ -177,7 +177,8 @@ def status_json(info: StatusInfo) -> str:
         "schedule": list(info.schedule),
         "until": info.until,
         "next_drain": nxt.when.isoformat() if nxt else None,
-        "recurring": info.recurring,
+        "recurring": [{key: doc[key] for key in ("name", "user", "rule", "next", "priority", "urgent", "waits_for")}
+                      for doc in (view.to_json() for view in info.recurring)],
         "last_night": info.last_night,
         "spool_location": info.location,
         "drain_scheduled": nxt is not None,

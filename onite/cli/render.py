@@ -365,9 +365,8 @@ def print_status(console, info, *, plain: bool = False) -> None:
     if info.running:
         say(f"running   {len(info.running)}")
         print_table(console, job_table(info.running, info.now, detailed=True), plain=plain)
-    for rec in info.recurring:
-        when = datetime.fromisoformat(rec["next"])
-        say(f"recurring {esc(rec['name'])} ({esc(rec['user'])}, "
-            f"{priority_text(rec.get('urgent'), rec.get('priority'), unknown='?')}, {esc(rec['rule'])}) "
-            f"next {when:%Y-%m-%d %H:%M} (in {until(when)})"
-            + (f"; {_skipped(esc(rec['waits_for']))}" if rec.get("waits_for") else ""))
+    for view in info.recurring:
+        say(f"recurring {esc(name_label(view.name))} ({esc(view.user)}, "
+            f"{priority_text(view.urgent, view.priority, unknown='?')}, {esc(view.rule)}) "
+            f"next {view.next:%Y-%m-%d %H:%M} (in {until(view.next)})"
+            + (f"; {_skipped(esc(view.waits_for))}" if view.waits_for else ""))
