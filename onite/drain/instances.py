@@ -115,12 +115,9 @@ class RecurScheduler:
                 break
             self.templates.pop(name, None)
             self._load(name, path, st)
-        for name in set(self.templates) - seen:
-            del self.templates[name]
-        for name in set(self._refused) - seen:
-            del self._refused[name]
-        for name in set(self._waiting) - seen:  # removed: a daemon of weeks keeps no name of a template gone
-            del self._waiting[name]
+        for known in (self.templates, self._refused, self._waiting):  # a daemon of weeks keeps no template gone
+            for name in set(known) - seen:
+                del known[name]
 
     def _load(self, name: str, path: Path, st: os.stat_result, *, whole: bool = False) -> tuple[_Template, Job] | None:
         """Read, check and keep the template ``name`` (``st``: as found) with its next fire; it and its job
