@@ -88,8 +88,6 @@ def fires_after(rule: Rule, after: datetime) -> Iterator[datetime]:
         fires = _day_fires(rule, cron, day, zone)
         # skipping up to the last fire: a jump at midnight may give two dates one instant
         for at in fires[bisect_right(fires, last):]:
-            if at >= LATEST:
-                _past_latest(rule, last)
             yield at.astimezone(zone.tz)
             last = at
         day += _DAY
