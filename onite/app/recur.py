@@ -64,9 +64,8 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
                for name, _, st in template_files(spool))
     if caller.uid and mine >= config.max_templates:  # root's have no limit
         raise InvalidInput(f"you have {mine} recurring job{'s' if mine != 1 else ''}; each user may have "
-                           f"{config.max_templates} "
-                           f"(max_templates)", "remove one first (onite recur remove NAME), "
-                           "or ask the admin to raise max_templates")
+                           f"{config.max_templates} (max_templates)",
+                           "remove one first (onite recur remove NAME), or ask the admin to raise max_templates")
     for last in (False, True):  # a name taken and freed again (a concurrent add, then a remove) is tried twice
         try:
             create_file(spool.recur_dir, job.name, encode(job), mode=0o600)
