@@ -339,15 +339,14 @@ def test_run_record_any_bytes(scratch_spool, data):
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"alice:t": v}}).encode()))
 @pytest.mark.attack
 def test_recur_state_any_bytes(scratch_spool, data):
-    from onite.core.recurring import known_priority, rule_from_state
+    from onite.core.recurring import from_state
     from onite.core.timeparse import parse_stamp
     from onite.spool.recurstate import load_state
 
     (scratch_spool.root / "recur.state").write_bytes(data)
     for name, known in load_state(scratch_spool).items():
         assert is_valid_key(name) and isinstance(known, dict)
-        rule_from_state(known)
-        known_priority(known)
+        from_state(known)
         when = parse_stamp(known.get("last"))
         assert when is None or is_valid_time(when)
 

@@ -23,8 +23,7 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
 from onite.core.policy import check_urgent, owner_or_root
-from onite.core.recurring import (check_template_name, known_priority, rule_fields, rule_from_state, rule_of,
-                                  waited_for)
+from onite.core.recurring import check_template_name, from_state, rule_fields, rule_of, waited_for
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
@@ -150,8 +149,7 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
             job, rule = _read_template(spool, path, st, head=True)
             priority, urgent = job.priority, job.urgent
         except PermissionError:  # another user's: as the driver saw it
-            rule = rule_from_state(known)
-            priority, urgent = known_priority(known)
+            rule, priority, urgent = from_state(known)
         except (OSError, BadFile, OniteError) as err:
             rule, priority, urgent, problem = None, None, False, str(err)
         upcoming_fire = None
@@ -194,7 +192,7 @@ def template_rule(spool: SpoolDir, name: str):
     except FileNotFoundError:
         raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list") from None
     except PermissionError:
-        rule = rule_from_state(load_state(spool).get(name, {}))
+        rule = from_state(load_state(spool).get(name, {}))[0]
         if rule is None:
             raise Refused(f"cannot read {label(name)!r}: it belongs to {_owner_of(path)}",
                           "only its owner and root can see its rule until a driver has read it") from None

@@ -5,6 +5,7 @@ an instance named after its local wall time (``NAME-YYYYMMDDTHHMM``), so no fire
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 
 from onite.core.config import MAX_PRIORITIES
@@ -94,18 +95,11 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
     )
 
 
-def rule_from_state(known: dict):
-    """The rule a recur.state entry records, or None if it records none that is valid."""
-    fields = known.get("fields")
-    if not isinstance(fields, dict) or not all(isinstance(fields.get(key), (str, type(None))) for key in RULE_KEYS):
-        return None
-    try:
-        return _rule(fields)
-    except InvalidInput:
-        return None
-
-
-def known_priority(known: dict) -> tuple[int | None, bool]:
-    """The priority and urgency a recur.state entry records (None, False where it records none)."""
-    priority = known.get("priority")
-    return (priority if is_whole(priority, 1, MAX_PRIORITIES) else None), known.get("urgent") is True
+def from_state(known: dict) -> tuple[object, int | None, bool]:
+    """The rule, priority and urgency a recur.state entry records: None, None, False where it records none valid."""
+    fields, priority = known.get("fields"), known.get("priority")
+    rule = None
+    if isinstance(fields, dict) and all(isinstance(fields.get(key), (str, type(None))) for key in RULE_KEYS):
+        with suppress(InvalidInput):
+            rule = _rule(fields)
+    return rule, (priority if is_whole(priority, 1, MAX_PRIORITIES) else None), known.get("urgent") is True
