@@ -65,20 +65,18 @@ def _day_fires(rule: Rule, cron: Cron | None, day: date, zone: Zone) -> list[dat
     return fires + [end] if at_midnight else fires
 
 
-def _compiled(rule: Rule) -> Cron | None:
-    return compile_cron(rule.expr) if isinstance(rule, CronRule) else None
-
-
 def fires_after(rule: Rule, after: datetime) -> Iterator[datetime]:
     """Fire times strictly after ``after``, in its zone. Raises ValueError: ``after`` is naive; InvalidInput: a
     cron rule stops firing, or the next fire time would be at or after LATEST."""
     zone = zone_of(after)
-    cron = _compiled(rule)
+    cron = compile_cron(rule.expr) if isinstance(rule, CronRule) else None
     last = after.astimezone(timezone.utc)
     day = zone.wall(after).date()
     while True:
         if day.year >= LATEST.year - 1 or (cron is not None and day.year >= LATEST.year - MAX_YEARS_BETWEEN_FIRES):
-            _past_latest(rule, last)
+            raise InvalidInput(f"{describe(rule)}: no fire time after {last:%Y-%m-%d %H:%M} UTC can be computed "
+                               f"(onite's times end before the year {LATEST.year})",
+                               "ask for fewer fire times (-n), or from an earlier time")
         if cron is not None:
             matching = matching_day(cron, day)
             if matching is None:
@@ -91,12 +89,6 @@ def fires_after(rule: Rule, after: datetime) -> Iterator[datetime]:
             yield at.astimezone(zone.tz)
             last = at
         day += _DAY
-
-
-def _past_latest(rule: Rule, last: datetime) -> None:
-    raise InvalidInput(f"{describe(rule)}: no fire time after {last:%Y-%m-%d %H:%M} UTC can be computed "
-                       f"(onite's times end before the year {LATEST.year})",
-                       "ask for fewer fire times (-n), or from an earlier time")
 
 
 def next_fire(rule: Rule, after: datetime) -> datetime:
@@ -130,7 +122,7 @@ def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *,
 
 
 def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: Zone) -> datetime | None:
-    cron = _compiled(rule)
+    cron = compile_cron(rule.expr) if isinstance(rule, CronRule) else None
     if since >= at_or_before:
         return None
     day = zone.wall(at_or_before).date()
