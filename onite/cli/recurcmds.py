@@ -64,13 +64,12 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     """Recurring jobs: name, owner, rule, next fire, priority."""
     from onite.app.recur import templates, templates_json
     from onite.spool.recurstate import set_aside_text
-    from onite.spool.accounts import user_name
 
     when = SYSTEM.now()
     target, aside = open_spool(spool, reading=True), {}
     views = templates(target, when, aside)
     for uid, count in sorted(aside.items()):
-        say(set_aside_text(user_name(uid), count, target.config.max_templates))
+        say(set_aside_text(target, uid, count))
     if as_json:
         print(templates_json(views, when))
         return

@@ -98,8 +98,7 @@ class RecurScheduler:
         used, aside = used_templates(self.spool)
         for uid in sorted(set(aside) - self._capped):
             self._capped.add(uid)
-            self.log.event("recur-refused", owner=user_name(uid),
-                           reason=set_aside_text(user_name(uid), aside[uid], self.spool.config.max_templates))
+            self.log.event("recur-refused", owner=user_name(uid), reason=set_aside_text(self.spool, uid, aside[uid]))
         for name, path, st in used:
             seen.add(name)
             key = (st.st_ino, st.st_ctime_ns, st.st_size)

@@ -89,9 +89,10 @@ def used_templates(spool: SpoolDir) -> tuple[list[tuple[str, Path, os.stat_resul
     return used, {uid: count - cap for uid, count in counts.items() if uid and count > cap}
 
 
-def set_aside_text(user: str, count: int, cap: int) -> str:
-    """What the driver's log and ``recur list`` say of a user's ``count`` templates set aside."""
-    return (f"{count} of {user}'s recurring jobs are not used: each user's first {cap} by name are "
+def set_aside_text(spool: SpoolDir, uid: int, count: int) -> str:
+    """What the driver's log and ``recur list`` say of ``count`` templates of ``uid`` set aside."""
+    cap = spool.config.max_templates
+    return (f"{count} of {user_name(uid)}'s recurring jobs are not used: each user's first {cap} by name are "
             f"(max_templates = {cap}); remove some (onite recur remove NAME), or ask the admin to raise max_templates")
 
 
