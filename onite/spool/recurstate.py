@@ -98,7 +98,7 @@ def set_aside_text(spool: SpoolDir, uid: int, count: int) -> str:
 
 def load_state(spool: SpoolDir) -> dict[str, dict]:
     """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged; never raises.
-    An entry's values are checked where they are used (``parse_stamp``, ``rule_from_state``, …)."""
+    An entry's values are checked where they are used (``parse_stamp``, ``from_state``, …)."""
     try:
         data = loads_object(spool.recur_state_path().read_bytes())
     except (OSError, ValueError):
