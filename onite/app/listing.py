@@ -5,7 +5,6 @@ EXAMINE the caller may read (why they wait); finished jobs come from their resul
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -101,17 +100,7 @@ ENDED_NOT_FILED = "ended, not filed yet"  # a running job's reason once its moni
 
 def running_views(spool: SpoolDir) -> list[JobView]:
     """The claimed jobs; one whose run ended and that no driver has filed yet, with when it ended."""
-    views = []
-    for entry in running_entries(spool):
-        info = _runinfo(spool, entry.host, entry.name)
-        rank = info.get("rank")
-        views.append(JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="running",
-                             priority=rank or None, urgent=rank == 0,
-                             submitted=info.get("queued") or _when(entry.ctime_ns), host=entry.host,
-                             started=info.get("started"), attempt=info.get("attempt"),
-                             external_id=info.get("external_id"), nodes=info.get("nodes"), finished=info.get("ended"),
-                             reason=ENDED_NOT_FILED if info.get("ended") else info.get("waiting", "")))
-    return views
+    return [running_view(spool, entry) for entry in running_entries(spool)]
 
 
 def withdrawn_view(entry: Entry) -> JobView:
@@ -147,38 +136,40 @@ def waits_in_slurm(view: JobView) -> bool:
 
 def slurm_wait_of(spool: SpoolDir, key: str) -> str:
     """Why running job ``key`` has not started in Slurm (``pending in Slurm (Resources)``); "" if it has."""
-    for entry in find_running(spool, key):
-        info = _runinfo(spool, entry.host, key)
-        if info.get("waiting") and not info.get("ended"):
-            return info["waiting"]
-    return ""
+    views = (running_view(spool, entry) for entry in find_running(spool, key))
+    return next((view.reason for view in views if waits_in_slurm(view)), "")
 
 
-def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
-    """What a listing shows of a running job's run record (``rank``, ``attempt``, ``external_id``, ``queued``,
-    ``started``, ``ended``; a Slurm job's ``nodes``, and ``waiting`` until it starts there); a field missing or
-    damaged is left out."""
-    record = runrecords.read(spool.run_record_path(host, name))
-    if record is None:
-        return {}
-    data = record.info
-    info: dict = {"queued": parse_stamp(data.get("queued")), "started": parse_stamp(data.get("started"))}
-    if record.ended:
-        info["ended"] = parse_stamp(record.ended_at)
-    if record.slurm_state is not None:  # handed to Slurm: it started when Slurm says, if it has
+def running_view(spool: SpoolDir, entry: Entry) -> JobView:
+    """A claimed job as its run record tells it (priority, attempt, external id, when it was queued, started and
+    ended; a Slurm job's nodes, and why it waits until it starts there); a field missing or damaged is left out."""
+    record = runrecords.read(spool.run_record_path(entry.host, entry.name))
+    data = record.info if record is not None else {}
+    started, nodes, reason, ended = parse_stamp(data.get("started")), None, "", None
+    if record is not None and record.slurm_state is not None:  # handed to Slurm: it started when Slurm says
         # Slurm's start is cut to the second: the hand-over, if later, as the result will say (SlurmRunner)
-        began, handed_over = parse_stamp(record.slurm_started), info["started"]
-        info["started"] = max(began, handed_over) if began is not None and handed_over is not None else began
-        info["nodes"] = record.slurm_nodes
-        if info["started"] is None:  # ``pending in Slurm (Resources)``
-            reason = record.slurm_reason
-            info["waiting"] = f"{record.slurm_state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")
-    for key, read in (("rank", lambda: v.integer(data, "rank", 0, MAX_PRIORITIES)),
-                      ("attempt", lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
-                      ("external_id", lambda: v.optional_text(data, "external_id"))):
-        with contextlib.suppress(ValueError):
-            info[key] = read()
-    return info
+        began, nodes = parse_stamp(record.slurm_started), record.slurm_nodes
+        started = max(began, started) if began is not None and started is not None else began
+        if started is None:  # ``pending in Slurm (Resources)``
+            why = record.slurm_reason
+            reason = f"{record.slurm_state.lower()} in Slurm" + (f" ({why})" if why and why != "None" else "")
+    if record is not None and record.ended and (ended := parse_stamp(record.ended_at)):
+        reason = ENDED_NOT_FILED
+    rank = _checked(lambda: v.integer(data, "rank", 0, MAX_PRIORITIES))
+    return JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="running",
+                   priority=rank or None, urgent=rank == 0,
+                   submitted=parse_stamp(data.get("queued")) or _when(entry.ctime_ns), host=entry.host,
+                   started=started, finished=ended, reason=reason, nodes=nodes,
+                   attempt=_checked(lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
+                   external_id=_checked(lambda: v.optional_text(data, "external_id")))
+
+
+def _checked(read: Callable[[], object]):
+    """What ``read`` returns of a run record's field; None where it is damaged (ValueError)."""
+    try:
+        return read()
+    except ValueError:
+        return None
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool = False, held: bool | None = None) -> list[str]:

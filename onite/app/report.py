@@ -21,7 +21,6 @@ from onite.core.record import Record
 from onite.drain.heartbeat import draining_hosts, driver_gone
 from onite.drain.nextdrain import plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
-from onite.spool import runrecords
 from onite.spool.log import CANNOT_RECORD
 from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
@@ -39,7 +38,7 @@ from onite.core.policy import owner_or_root
 from onite.core.queue import reason_as_read
 from onite.core.safetext import printable
 from onite.core.schedule import next_drain
-from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_stamp, parse_when
+from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
@@ -462,7 +461,7 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     for view in running:
         waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
                         "urgent": view.urgent, "state": "running", "kind": "running",
-                        "reason": running_reason(spool, view, gone(view.host), data.drains), "command": None})
+                        "reason": running_reason(view, gone(view.host), data.drains), "command": None})
     head = queue[:EXAMINE]
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
                                                      host=default_host(spool.config))}
@@ -489,7 +488,7 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     return data._replace(left=left, waiting=waiting, next_drain=starter.when if starter else None)
 
 
-def running_reason(spool: SpoolDir, view, gone: str, drains) -> str:
+def running_reason(view, gone: str, drains) -> str:
     """``running on vm since 20:14``, ``running in Slurm on node n1 since 20:14, handed over by vm``; for a claim
     no live driver watches, what its run record says of it, and ``gone``."""
     if not gone:
@@ -499,11 +498,12 @@ def running_reason(spool: SpoolDir, view, gone: str, drains) -> str:
         if view.nodes:
             return f"running in Slurm on {nodes_text(view.nodes)}{since}, handed over by {view.host}"
         return f"running on {view.host}{since}"
-    record = runrecords.read(spool.run_record_path(view.host, view.name))
-    ended = parse_stamp(record.ended_at) if record is not None and record.ended else None  # as list reads it
-    at = f" at {view.started.astimezone():%H:%M}" if view.started else ""
-    what = f"ended at {ended.astimezone():%H:%M}" if ended else f"handed to Slurm by {view.host}, {view.reason} when it last looked" \
-        if waits_in_slurm(view) else f"started on {view.host}{at}"
+    if view.finished:
+        what = f"ended at {view.finished.astimezone():%H:%M}"
+    elif waits_in_slurm(view):
+        what = f"handed to Slurm by {view.host}, {view.reason} when it last looked"
+    else:
+        what = f"started on {view.host}" + (f" at {view.started.astimezone():%H:%M}" if view.started else "")
     last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
     why = " (the drain stopped, as it could not record a run)" if last is not None and last.reason == CANNOT_RECORD else ""
     return f"{what}, not filed{why}; {gone}"
