@@ -26,7 +26,7 @@ from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, find_running, key_uid, queued_stats
+from onite.spool.scan import is_live, key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.resources import MAX_MEM
@@ -231,8 +231,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         return user is None or owner == user
 
     damaged: list[str] = []
-    results = [r for r in read_results(spool, damaged) if in_window(r)] if records else \
-        [r for r in refused_results(spool, told.refused) if in_window(r)]
+    results = [r for r in (read_results(spool, damaged) if records else refused_results(spool, told.refused))
+               if in_window(r)]
     recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r, me()) for r in results if wanted(r.user)]
     # a job the log tells of and no record does: by name and owner
@@ -278,10 +278,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
 def queued_again(spool: SpoolDir, job: JobView) -> bool:
     """Is a job of ``job``'s name queued or running now (restarted, or spooled anew, since it ended)?"""
-    if not is_valid_key(job.name):
-        return False
     try:
-        return bool(find_queued(spool, job.name) or find_running(spool, job.name))
+        return is_valid_key(job.name) and is_live(spool, job.name)
     except OniteError:  # a folder that cannot be read: the restart is offered
         return False
 
