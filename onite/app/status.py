@@ -60,7 +60,7 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     alive = [beat for beat in every_beat if hb.is_alive(beat, now)]
     live = {b.host for b in alive}
     drivers = [{"host": beat.host, "running": True, "holder": beat.holder, "pid": beat.pid,
-                "since": beat.since.isoformat(), "role": beat.kind, "started_by": beat.started_by,
+                "since": beat.since, "role": beat.kind, "started_by": beat.started_by,
                 "state": str(beat.state), "jobs": [label(v.name) for v in running if v.host == beat.host]}
                for beat in alive]
     dead = [beat for beat in every_beat if beat.host not in live]
@@ -68,8 +68,8 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
                 f"{beat.since:%Y-%m-%d %H:%M}) died without finishing" for beat in dead if beat.state != "exited"]
     last = max(dead, key=lambda beat: beat.updated, default=None)
     last_driver = last and {"host": last.host, "pid": last.pid, "role": last.kind, "started_by": last.started_by,
-                            "since": last.since.isoformat(), "ended": last.ended.isoformat() if last.ended else None,
-                            "died": last.state != "exited", "updated": last.updated.isoformat()}
+                            "since": last.since, "ended": last.ended, "died": last.state != "exited",
+                            "updated": last.updated}
     for where in sorted({v.host for v in running}):
         if gone := hb.driver_gone(spool, where, now):
             # a driver that filed its job and exited since the listing is no dead one: only jobs still there count
@@ -190,4 +190,4 @@ def status_json(info: StatusInfo) -> str:
         "last_driver": info.last_driver,
         "warnings": info.warnings,
         "containment": info.containment,
-    }, indent=1)
+    }, indent=1, default=datetime.isoformat)  # the drivers' times

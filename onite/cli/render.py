@@ -285,7 +285,7 @@ STATUS_LABEL = 10  # the width of status's labels ("next run  "), under which it
 def print_status(console, info, *, plain: bool = False) -> None:
     """``onite status``: a line each, on ``console`` (a rich Console) folded between words under its label;
     ``plain`` (``console`` may then be a text file) never folded, as scripts grep it; the running jobs as a table."""
-    from onite.core.timeparse import parse_stamp
+    from onite.app.report import PRIVATE
 
     esc = printable  # text from users and files: no control characters
 
@@ -307,7 +307,7 @@ def print_status(console, info, *, plain: bool = False) -> None:
 
     say(f"spool     {esc(info.location or info.spool)}")
     for d in info.drivers:
-        since = parse_stamp(d.get("since"))
+        since = d["since"]
         what = "daemon" + (f", {d['state']}" if d.get("state") else "") if d.get("role") == "daemon" else "driver"
         detail = ", ".join(x for x in (
             f"pid {d['pid']}" if d.get("pid") else "",
@@ -316,7 +316,7 @@ def print_status(console, info, *, plain: bool = False) -> None:
         say("driver    ", ("running", "green"), f" on {esc(d['host'])} ({what}, {esc(detail)})")
     last = info.last_driver
     if not info.drivers:
-        ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, started by "
+        ended = (f" (the last one ended {last['ended']:%Y-%m-%d %H:%M}, started by "
                  f"{esc(last['started_by'])})" if last and not last["died"] and last.get("ended") else "")
         say(f"driver    not running{ended}")
     from onite.drain.nextdrain import LABEL, no_drain_text
@@ -342,7 +342,7 @@ def print_status(console, info, *, plain: bool = False) -> None:
     say(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
     label = "waiting  "
     for row in info.waiting:
-        reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
+        reason = row["reason"] + (f" ({PRIVATE})" if row["private"] else "")
         say(f"{label} {esc(row['name'])} ({esc(row['user'])}, {priority_text(row['urgent'], row['priority'])}): ",
             (esc(reason), "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"))
         label = "         "
