@@ -306,13 +306,11 @@ def print_status(console, info, *, plain: bool = False) -> None:
         return human_duration((when - info.now).total_seconds())
 
     say(f"spool     {esc(info.location or info.spool)}")
-    for d in info.drivers:
-        since = d["since"]
-        what = "daemon" + (f", {d['state']}" if d.get("state") else "") if d.get("role") == "daemon" else "driver"
-        detail = ", ".join(x for x in (
-            f"pid {d['pid']}" if d.get("pid") else "",
-            f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)" if since else "",
-            f"started by {d['started_by']}" if d.get("started_by") else "") if x) or d["holder"] or "pid unknown"
+    for d in info.drivers:  # a live heartbeat's: its pid, start and state are always known
+        what = f"daemon, {d['state']}" if d["role"] == "daemon" else "driver"
+        ago = human_duration((info.now - d["since"]).total_seconds())
+        detail = f"pid {d['pid']}, since {d['since']:%Y-%m-%d %H:%M} ({ago} ago)" + (
+            f", started by {d['started_by']}" if d["started_by"] else "")
         say("driver    ", ("running", "green"), f" on {esc(d['host'])} ({what}, {esc(detail)})")
     last = info.last_driver
     if not info.drivers:
