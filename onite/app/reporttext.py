@@ -241,8 +241,7 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
             signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, label(job.name), printable(job.user), priority_label(job),
                     printable(job.host or ""), started, "" if never else human_duration(job.duration),
-                    job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
-                    attempts_text(data, job), code,
+                    job.used_mem(), human_duration(job.cpu_time), attempts_text(data, job), code,
                     " ".join(x for x in (printable(job.reason), rerun and f"({rerun})") if x)])
     return out
 

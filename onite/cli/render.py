@@ -125,7 +125,7 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
         if detailed:
             took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
             row += [printable(view.host or ""), short_time(view.started, now), human_duration(took), view.used_mem(),
-                    human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
+                    human_duration(view.cpu_time), printable(outcome_text(view))]
         rows.append(row)
     return TableSpec(columns, rows, ("WAITING", "RESULT"),
                      lambda i: {"STATE": STATE_STYLE.get(rows[i][5], ""), "WAITING": "yellow"}, LIST_DROPS, LIST_SPARE)
