@@ -141,32 +141,19 @@ class SlurmRunner(Runner):
         stderr_file = Path(os.path.abspath(stderr_path))
         with run_outputs(run, output, stderr_file, run.owner if self.switch_user else None, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
-        error = stderr_file if job.stderr_separate else None
-        record_fd = os.dup(record_fd)
-        try:
-            sub = self._launch(run, script, env, output, error, record_fd)
-        except BaseException:
-            os.close(record_fd)
-            raise
         run.nice = self._nice(run)
-        self._submitting[run.run_id] = sub
-        self.runs.append(run)
-
-    def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None,
-                record_fd: int) -> Submission:
-        """Start sbatch with ``script`` on its stdin, as the run's owner (when switching users)."""
-        job = run.job
         env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
-        fds: list[int] = []  # its stdin, stdout and stderr
+        fds: list[int] = []  # its stdin, stdout and stderr, then its run's record
         try:
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
-                                      error=os.fsencode(error) if error is not None else None,
+                                      error=os.fsencode(stderr_file) if job.stderr_separate else None,
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
                                       urgent=run.rank == 0, slurm=self.config.slurm,
                                       comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
                                       mem=run.mem, cpus=run.cpus)
             for name, data in (("onite-script", script), ("onite-sbatch-out", b""), ("onite-sbatch-err", b"")):
                 fds.append(memory_file(name, data))
+            fds.append(os.dup(record_fd))
             ident = run.owner if self.switch_user else None
             proc = subprocess.Popen(
                 sbatch.as_owner_in(job.cwd, argv), stdin=fds[0], stdout=fds[1], stderr=fds[2], env=self._tool_env,
@@ -187,8 +174,10 @@ class SlurmRunner(Runner):
             pidfd = os.pidfd_open(proc.pid)
         except OSError:
             pidfd = None  # polled instead
-        return Submission(proc=proc, out_fd=fds[1], err_fd=fds[2], pidfd=pidfd, record_fd=record_fd,
-                          script_size=len(script), deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
+        self._submitting[run.run_id] = Submission(proc=proc, out_fd=fds[1], err_fd=fds[2], pidfd=pidfd,
+                                                  record_fd=fds[3], script_size=len(script),
+                                                  deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
+        self.runs.append(run)
 
     def _took(self, run: Run, sub: Submission) -> Outcome | None:
         """An sbatch that is over: None once its job id is taken (or Slurm is to be asked for it), else why not."""
