@@ -316,8 +316,7 @@ class Driver:
                     if run.stopping != Stop.SHUTDOWN:
                         night.runner.stop(run, Stop.SHUTDOWN)
             elif night.stopping:  # start nothing: a job still waiting in Slurm, never started, goes back to its queue
-                waiting = [run for run in night.running.values() if run.pending and run.stopping is None]
-                for run in night.runner.unstarted(waiting) if waiting else ():
+                for run in night.runner.unstarted():
                     night.runner.stop(run, Stop.SHUTDOWN)
             if self.heartbeat is not None:
                 self.heartbeat.tick()

@@ -179,8 +179,8 @@ class Runner(Protocol):
         """The executor's id of the job of a run whose driver died as it handed the job over."""
         return None
 
-    def unstarted(self, runs: list[Run]) -> list[Run]:
-        """Of ``runs`` (each ``pending`` at the last look), those still waiting in the executor's queue."""
+    def unstarted(self) -> list[Run]:
+        """Its runs not being stopped that still wait in the executor's queue, never started."""
         return []
 
     def busy(self) -> bool:

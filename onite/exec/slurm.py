@@ -364,13 +364,12 @@ class SlurmRunner(Runner):
         """Its job waits in Slurm's queue and has never started."""
         return status.state == "PENDING" and not status.restarts and run.external_id not in self._started
 
-    def unstarted(self, runs: list[Run]) -> list[Run]:
-        """Of ``runs``, those whose job Slurm holds in its queue, never started, asked now (not the last poll's)."""
-        answer = self._query([run.external_id for run in runs])
-        for run in runs:
-            if answer is None:  # asked again once the next poll has seen it pending: not on every turn of the loop
-                run.pending = False
-                continue
+    def unstarted(self) -> list[Run]:
+        """Its runs not being stopped whose job Slurm holds in its queue, never started, asked now (not the last
+        poll's) of those the last poll saw so."""
+        runs = [run for run in self.runs if run.pending and run.stopping is None]
+        answer = self._query([run.external_id for run in runs]) if runs else None
+        for run in runs:  # unanswered: asked again once the next poll has seen it pending, not on every turn
             status = self._owned(answer, run.external_id, run.owner.uid)
             run.pending = status is not None and self._pending(run, status)
         return [run for run in runs if run.pending]
@@ -408,9 +407,11 @@ class SlurmRunner(Runner):
         """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
         return owner if self.switch_user and owner is not None else os.geteuid()
 
-    def _owned(self, answer: dict[str, squeue.JobStatus], job_id: str, owner: int | None) -> squeue.JobStatus | None:
-        """What ``answer`` says of ``job_id`` if it is the job of ``owner`` (its owner may forge neither)."""
-        status = answer.get(job_id)
+    def _owned(self, answer: dict[str, squeue.JobStatus] | None, job_id: str,
+               owner: int | None) -> squeue.JobStatus | None:
+        """What ``answer`` (None: none) says of ``job_id`` if it is the job of ``owner`` (its owner may forge
+        neither)."""
+        status = answer.get(job_id) if answer is not None else None
         return status if status is not None and status.uid == self._job_uid(owner) else None
 
     def _ours(self, job_id: str, owner: int | None) -> tuple[bool, squeue.JobStatus | None]:
