@@ -330,10 +330,7 @@ class SlurmRunner(Runner):
             if status.is_final:
                 if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
-                ended = squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)
-                if status.restarts and ended.never_started:  # it ran, then Slurm requeued it
-                    ended = ended._replace(never_started=False)
-                finished.append((run, ended))
+                finished.append((run, squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)))
                 continue
             self._note_state(run, status)
             run.pending = self._pending(run, status)

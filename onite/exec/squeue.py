@@ -168,9 +168,10 @@ def decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
     """How a finished Slurm job ended; ``stopping``: why onite cancelled it (in a state other than CANCELLED
-    it ended on its own first). One that ended before Slurm gave it a node never ran."""
+    it ended on its own first). One that ended before Slurm gave it a node never ran, unless it had run before
+    Slurm requeued it."""
     ended = _outcome(job, stopping=stopping, cancelled_by=cancelled_by)
-    return ended if job.allocated else ended._replace(never_started=True)
+    return ended if job.allocated or job.restarts else ended._replace(never_started=True)
 
 
 def _outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
