@@ -19,8 +19,8 @@ def test_query_asks_once_for_all_ids_including_finished_ones():
 
 
 def test_a_search_by_name_reads_ids_states_and_comments():
-    assert search_argv("/usr/bin/squeue", "onite:j", 1000) == ["/usr/bin/squeue", "-h", "-u", "1000", "-n", "onite:j",
-                                                               "-O", "JobID:|,State:|,Comment:|"]
+    assert search_argv("/usr/bin/squeue", "onite:j", 1000) == ["/usr/bin/squeue", "-h", "-t", "all", "-u", "1000",
+                                                               "-n", "onite:j", "-O", "JobID:|,State:|,Comment:|"]
     text = "12|RUNNING|onite:20261123T010203-vm-1-1:0123456789abcdef|\n13|PENDING|(null)|\n\ngarbage\n"
     assert parse_search(text) == [("12", "RUNNING", "onite:20261123T010203-vm-1-1:0123456789abcdef"),
                                   ("13", "PENDING", "(null)")]

@@ -169,8 +169,7 @@ class Recovery:
         # with no run record, what the run started carries a run id of this host (whose lock we hold: no live
         # driver has one) and this spool's path; the executor looks for that
         found = night.runner.recover_unrecorded(name, str(night.spool.root),
-                                                lambda run_id: run_id_host(run_id) == night.host,
-                                                night.config.kill_grace.total_seconds(), owner=_owner(path))
+                                                lambda run_id: run_id_host(run_id) == night.host, owner=_owner(path))
         self.requeue(name, path, rec.info if rec is not None else {}, "; ".join(filter(None, (what, stopped, found))),
                      rerun=True)
 
@@ -379,8 +378,7 @@ class Recovery:
             if self._take_back(name, path, info, rec):
                 return
             # make sure it is not still running before it is requeued
-            grace = self.night.config.kill_grace.total_seconds()
-            what = self.runner_of(info).recover(info, grace, owner=owner)
+            what = self.runner_of(info).recover(info, owner=owner)
         except Unavailable as err:  # keep the claim rather than run the job twice
             self.night.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
             return
@@ -415,7 +413,7 @@ class Recovery:
             return True
         what = f"Slurm job {run.external_id} was cancelled by a hard stop or a recover whose driver died"
         if ended is None or name in self._cancelled_ahead:  # nothing here will watch it: stop it, see how it ended
-            what = runner.recover(info, night.config.kill_grace.total_seconds(), owner=run.owner.uid)
+            what = runner.recover(info, owner=run.owner.uid)
             ended = runner.unwatched_end(run)
         # cancelled by a recovery (this one, or one killed after its cancel: its stop line is a hard stop's), by a
         # hard stop or outside onite, not by an `onite cancel` its record holds: run again

@@ -382,7 +382,7 @@ class LocalRunner(Runner):
         self.runs.append(run)
         return True
 
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        if killed := stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace):
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, *, owner: int | None = None) -> str:
+        if killed := stop_processes(lambda: find_run_processes(spool, name, run_id_ok), self.kill_grace):
             return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
         return "no run record, and none of its processes was running"

@@ -164,10 +164,10 @@ class Runner(Protocol):
     def wait_fds(self) -> list[int]:
         """Descriptors that become readable when a run may have changed."""
 
-    def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
+    def recover(self, info: dict, *, owner: int | None = None) -> str:
         """Make sure a dead driver's run with no monitor of onite's (a Slurm job) is gone; what was done."""
 
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, *, owner: int | None = None) -> str:
         """The same for a claim of ``spool`` with no run record, found by the job's environment."""
 
     def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:

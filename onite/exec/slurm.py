@@ -417,13 +417,6 @@ class SlurmRunner(Runner):
         answer = self._query([job_id])
         return (False, None) if answer is None else (True, self._owned(answer, job_id, owner))
 
-    def _search(self, name: str, uid: int, *, every: bool = False) -> list[tuple[str, str, str]] | None:
-        """squeue.search_argv's answer, parsed; None if Slurm could not be asked."""
-        done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), uid, every=every))
-        if done is None or done.returncode != 0:
-            return None
-        return squeue.parse_search(done.stdout.decode("utf-8", "replace"))
-
     def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
         """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
         done = self._run_tool(squeue.query_argv(self.squeue, job_ids))
@@ -509,7 +502,7 @@ class SlurmRunner(Runner):
             run.ended = max(status.end, run.started)
         return squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)
 
-    def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
+    def recover(self, info: dict, *, owner: int | None = None) -> str:
         """Make sure no Slurm job (``owner``'s) of a run that could not be re-attached is left. Unavailable: Slurm
         cannot be asked, or the job is still in flight after its cancel."""
         job_id = info.get("external_id")
@@ -522,7 +515,7 @@ class SlurmRunner(Runner):
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
-        return self._cancel_and_wait(job_id, self._job_uid(owner), grace)
+        return self._cancel_and_wait(job_id, self._job_uid(owner))
 
     def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:
         """``recover --host`` cancels every job of the dead host before it waits for any, so that none pending
@@ -538,23 +531,22 @@ class SlurmRunner(Runner):
         self._scancel(str(job_id), self._job_uid(owner))
         return True
 
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, *, owner: int | None = None) -> str:
         """A claim with no run record: a job its driver's sbatch submitted, found by name and comment, is cancelled."""
         uid = self._job_uid(owner)
-        jobs = self._search(name, uid)
+        jobs = self._jobs_of(name, spool, uid)
         if jobs is None:
             return "no run record, and Slurm could not be asked whether a job of it was submitted"
-        found = [job_id for job_id, state, comment in jobs
-                 if state not in squeue.FINAL and (run_id := sbatch.run_of_comment(comment, spool)) and run_id_ok(run_id)]
+        found = [job_id for job_id, state, run_id in jobs if state not in squeue.FINAL and run_id_ok(run_id)]
         if not found:
             return "no run record, and none of its Slurm jobs in flight (sbatch never ran: its record comes first)"
-        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid, grace) for job_id in found)
+        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid) for job_id in found)
 
-    def _cancel_and_wait(self, job_id: str, uid: int, grace: float) -> str:
-        """Cancel the job and wait (past Slurm's KillWait) until it is over: a job run again must not overlap
-        its predecessor. Unavailable: still in flight (or unknown) at the end."""
+    def _cancel_and_wait(self, job_id: str, uid: int) -> str:
+        """Cancel the job and wait (past Slurm's KillWait, and kill_grace) until it is over: a job run again must
+        not overlap its predecessor. Unavailable: still in flight (or unknown) at the end."""
         self._scancel(job_id, uid)
-        deadline = time.monotonic() + max(grace, CANCEL_WAIT)
+        deadline = time.monotonic() + max(self.config.kill_grace.total_seconds(), CANCEL_WAIT)
         while True:
             answer = self._query([job_id])
             status = answer.get(job_id) if answer else None
@@ -579,16 +571,24 @@ class SlurmRunner(Runner):
             raise Unavailable("Slurm could not be asked for the job of this run")
         if len(found) > 1:  # its owner copied its comment: none can be told for its own, and none runs on unwatched
             for job_id in found:
-                self._cancel_and_wait(job_id, uid, CANCEL_WAIT)
+                self._cancel_and_wait(job_id, uid)
             return None
         return found[0] if found else None
 
+    def _jobs_of(self, name: str, spool: str, uid: int) -> list[tuple[str, str, str]] | None:
+        """``uid``'s jobs of ``name`` whose comment names a run of ``spool``, in flight or ended within MinJobAge,
+        as (job id, state, run id); None if Slurm could not be asked."""
+        done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), uid))
+        if done is None or done.returncode != 0:
+            return None
+        found = squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+        return [(job_id, state, run_id) for job_id, state, comment in found
+                if (run_id := sbatch.run_of_comment(comment, spool))]
+
     def _jobs_of_run(self, name: str, run_id: str, spool: str, uid: int) -> list[str] | None:
-        """The ids of ``uid``'s jobs of ``name`` whose comment names run ``run_id``, in flight or ended within
-        MinJobAge; None if Slurm could not be asked."""
-        jobs = self._search(name, uid, every=True)
-        return None if jobs is None else [job_id for job_id, _, comment in jobs
-                                          if sbatch.run_of_comment(comment, spool) == run_id]
+        """The ids of ``uid``'s jobs of ``name`` whose comment names run ``run_id`` (as ``_jobs_of``)."""
+        jobs = self._jobs_of(name, spool, uid)
+        return None if jobs is None else [job_id for job_id, _, of in jobs if of == run_id]
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
         """Kill an sbatch of the run that outlived its driver (it could submit after the search), then give the

@@ -89,9 +89,9 @@ def never_reason(job: JobStatus, ask: str) -> str:
     return f"Slurm can never start it: {job.reason} ({asks}{NEVER[job.reason]})"
 
 
-def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> list[str]:
-    """User ``uid``'s jobs named ``name`` in flight (``every``: and those ended within MinJobAge), with comments."""
-    return [squeue, "-h", *(["-t", "all"] if every else []), "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
+def search_argv(squeue: str, name: str, uid: int) -> list[str]:
+    """User ``uid``'s jobs named ``name``, in flight or ended within MinJobAge, with comments."""
+    return [squeue, "-h", "-t", "all", "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
 
 
 def parse_search(text: str) -> list[tuple[str, str, str]]:
