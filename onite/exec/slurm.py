@@ -195,9 +195,8 @@ class SlurmRunner(Runner):
         asked, status = self._ours(job_id, run.owner.uid)
         if asked and status is None:
             # cancel what it submitted (found by its run's comment), never a job of that name from another spool
-            uid = self._job_uid(run.owner.uid)
-            for submitted in self._jobs_of_run(run.name, run.run_id, run.spool, uid) or ():
-                self._scancel(submitted, uid)
+            for submitted in self._jobs_of_run(run.name, run.run_id, run.spool, run.owner.uid) or ():
+                self._scancel(submitted, run.owner.uid)
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
         self._taken(run, job_id, sub.record_fd)
@@ -228,7 +227,7 @@ class SlurmRunner(Runner):
     def _settle(self, run: Run, unsure: Unsure) -> Outcome | None:
         """An unsure run: its one job in Slurm (its owner's, with its run's comment) is taken, else it fails;
         while Slurm cannot be asked it waits (or is unavailable, if sbatch never reached it)."""
-        found = self._jobs_of_run(run.name, run.run_id, run.spool, self._job_uid(run.owner.uid))
+        found = self._jobs_of_run(run.name, run.run_id, run.spool, run.owner.uid)
         if found is None and unsure.unsent is None:
             unsure.at = self.clock.monotonic() + self.poll_interval  # it may be in Slurm: ask again
             return None
@@ -242,7 +241,7 @@ class SlurmRunner(Runner):
                 return None
             if found:  # its owner copied its comment: none can be told for its own, and none runs on unwatched
                 for job_id in found:
-                    self._scancel(job_id, self._job_uid(run.owner.uid))
+                    self._scancel(job_id, run.owner.uid)
                 return Outcome(reason=f"{unsure.fails_with}; Slurm holds {len(found)} jobs of its owner with its "
                                f"run's comment ({', '.join(found)}), all cancelled", never_started=True)
             return Outcome(reason=unsure.fails_with, never_started=True)
@@ -294,7 +293,7 @@ class SlurmRunner(Runner):
     def _cancel(self, run: Run) -> None:
         if run.external_id is None:
             return  # sbatch still runs: the cancel is sent once it has said the job's id (_took)
-        self._scancel(run.external_id, self._job_uid(run.owner.uid))
+        self._scancel(run.external_id, run.owner.uid)
         now = self.clock.monotonic()
         run.kill_at = now + RECANCEL
         # a cancelled job usually ends within milliseconds: look again soon, not a whole poll later
@@ -401,7 +400,8 @@ class SlurmRunner(Runner):
                                                    "started": now[2], "nodes": now[3]})
 
     def _job_uid(self, owner: int | None) -> int:
-        """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
+        """Whose Slurm jobs the runs of ``owner`` are: theirs, or the driver's where jobs are not run as their owners
+        (every helper that asks Slurm about, or cancels, ``owner``'s jobs maps it so)."""
         return owner if self.switch_user and owner is not None else os.geteuid()
 
     def _owned(self, answer: dict[str, squeue.JobStatus] | None, job_id: str,
@@ -415,7 +415,7 @@ class SlurmRunner(Runner):
         """(False, None) if Slurm could not be asked for ``job_id``, else (True, its status if it is
         ``owner``'s job, or None)."""
         answer = self._query([job_id])
-        return (False, None) if answer is None else (True, self._owned(answer, job_id, owner))
+        return answer is not None, self._owned(answer, job_id, owner)
 
     def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
         """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
@@ -441,9 +441,9 @@ class SlurmRunner(Runner):
         self._unreachable = False
         return answer
 
-    def _scancel(self, job_id: str, uid: int) -> None:
+    def _scancel(self, job_id: str, owner: int | None) -> None:
         # --user skips a job not the run's (ids restart if Slurm's state is wiped); not the name, its owner's to change
-        self._run_tool([self.scancel, "--quiet", f"--user={uid}", job_id])
+        self._run_tool([self.scancel, "--quiet", f"--user={self._job_uid(owner)}", job_id])
 
     def _run_tool(self, argv: list[str]) -> subprocess.CompletedProcess | None:
         try:
@@ -515,7 +515,7 @@ class SlurmRunner(Runner):
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
-        return self._cancel_and_wait(job_id, self._job_uid(owner))
+        return self._cancel_and_wait(job_id, owner)
 
     def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:
         """``recover --host`` cancels every job of the dead host before it waits for any, so that none pending
@@ -528,24 +528,23 @@ class SlurmRunner(Runner):
         if not asked or status is None or status.is_final or unstarted and status.start is not None:
             return False
         record_stop(record_path, Stop.SHUTDOWN, "onite recover --host")
-        self._scancel(str(job_id), self._job_uid(owner))
+        self._scancel(str(job_id), owner)
         return True
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, *, owner: int | None = None) -> str:
         """A claim with no run record: a job its driver's sbatch submitted, found by name and comment, is cancelled."""
-        uid = self._job_uid(owner)
-        jobs = self._jobs_of(name, spool, uid)
+        jobs = self._jobs_of(name, spool, owner)
         if jobs is None:
             return "no run record, and Slurm could not be asked whether a job of it was submitted"
         found = [job_id for job_id, state, run_id in jobs if state not in squeue.FINAL and run_id_ok(run_id)]
         if not found:
             return "no run record, and none of its Slurm jobs in flight (sbatch never ran: its record comes first)"
-        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid) for job_id in found)
+        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, owner) for job_id in found)
 
-    def _cancel_and_wait(self, job_id: str, uid: int) -> str:
+    def _cancel_and_wait(self, job_id: str, owner: int | None) -> str:
         """Cancel the job and wait (past Slurm's KillWait, and kill_grace) until it is over: a job run again must
         not overlap its predecessor. Unavailable: still in flight (or unknown) at the end."""
-        self._scancel(job_id, uid)
+        self._scancel(job_id, owner)
         deadline = time.monotonic() + max(self.config.kill_grace.total_seconds(), CANCEL_WAIT)
         while True:
             answer = self._query([job_id])
@@ -564,37 +563,36 @@ class SlurmRunner(Runner):
         (none, or several: each cancelled). Unavailable: Slurm cannot be asked, or a copy outlives its cancel."""
         if not info.get("run_id") or not info.get("name"):
             return None
-        uid = self._job_uid(owner)
-        self._stop_left_sbatch(info["run_id"], spool, uid)
-        found = self._jobs_of_run(info["name"], info["run_id"], spool, uid)
+        self._stop_left_sbatch(info["run_id"], spool, owner)
+        found = self._jobs_of_run(info["name"], info["run_id"], spool, owner)
         if found is None:
             raise Unavailable("Slurm could not be asked for the job of this run")
         if len(found) > 1:  # its owner copied its comment: none can be told for its own, and none runs on unwatched
             for job_id in found:
-                self._cancel_and_wait(job_id, uid)
+                self._cancel_and_wait(job_id, owner)
             return None
         return found[0] if found else None
 
-    def _jobs_of(self, name: str, spool: str, uid: int) -> list[tuple[str, str, str]] | None:
-        """``uid``'s jobs of ``name`` whose comment names a run of ``spool``, in flight or ended within MinJobAge,
+    def _jobs_of(self, name: str, spool: str, owner: int | None) -> list[tuple[str, str, str]] | None:
+        """``owner``'s jobs of ``name`` whose comment names a run of ``spool``, in flight or ended within MinJobAge,
         as (job id, state, run id); None if Slurm could not be asked."""
-        done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), uid))
+        done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), self._job_uid(owner)))
         if done is None or done.returncode != 0:
             return None
         found = squeue.parse_search(done.stdout.decode("utf-8", "replace"))
         return [(job_id, state, run_id) for job_id, state, comment in found
                 if (run_id := sbatch.run_of_comment(comment, spool))]
 
-    def _jobs_of_run(self, name: str, run_id: str, spool: str, uid: int) -> list[str] | None:
-        """The ids of ``uid``'s jobs of ``name`` whose comment names run ``run_id`` (as ``_jobs_of``)."""
-        jobs = self._jobs_of(name, spool, uid)
+    def _jobs_of_run(self, name: str, run_id: str, spool: str, owner: int | None) -> list[str] | None:
+        """The ids of ``owner``'s jobs of ``name`` whose comment names run ``run_id`` (as ``_jobs_of``)."""
+        jobs = self._jobs_of(name, spool, owner)
         return None if jobs is None else [job_id for job_id, _, of in jobs if of == run_id]
 
-    def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
+    def _stop_left_sbatch(self, run_id: str, spool: str, owner: int | None) -> None:
         """Kill an sbatch of the run that outlived its driver (it could submit after the search), then give the
         controller a moment to take what it sent. Unavailable: it is still there after SIGKILL."""
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
-        left = processes.with_argument(argument, uid)
+        left = processes.with_argument(argument, self._job_uid(owner))
         if not left:
             return
         for pid, ticks in left:
