@@ -361,8 +361,8 @@ class SlurmRunner(Runner):
         return status.state == "PENDING" and not status.restarts and run.external_id not in self._started
 
     def unstarted(self) -> list[Run]:
-        """Its runs not being stopped whose job Slurm holds in its queue, never started, asked now (not the last
-        poll's) of those the last poll saw so."""
+        """Its runs, none being stopped, whose job the last poll saw waiting in Slurm's queue, never started, and
+        that Slurm still holds so when asked now."""
         runs = [run for run in self.runs if run.pending and run.stopping is None]
         answer = self._query([run.external_id for run in runs]) if runs else None
         for run in runs:  # unanswered: asked again once the next poll has seen it pending, not on every turn
