@@ -104,10 +104,9 @@ class Daemon:
     def _lock(self):
         """This host's driver lock, waited for while a plain driver holds it (None: stopped meanwhile). Refused:
         another daemon runs for this host."""
-        holder = f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=daemon"
         announced = False
         while True:
-            lock = take_host_lock(self.spool, self.host, holder)
+            lock = take_host_lock(self.spool, self.host, self.started_at, role="daemon")
             if lock is not None:
                 return lock
             beat = hb.read(self.spool, self.host)

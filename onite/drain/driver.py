@@ -152,8 +152,7 @@ class Driver:
         check_capacity(self.config, self.host, str(self.spool.config_path))
         with SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self.wakeup_fd = wakeup_fd
-            lock = take_host_lock(self.spool, self.host,
-                                  f"pid={self.night.pid} host={self.host} since={self.started_at.isoformat()}")
+            lock = take_host_lock(self.spool, self.host, self.started_at)
             if lock is None:
                 self._busy(hand_over=not scheduled)
                 return 0
@@ -181,8 +180,7 @@ class Driver:
         those recovered, and of those left to their live monitors on this machine.
         Raises Refused: a driver of that host holds its lock (it is alive)."""
         night = self.night
-        lock = take_host_lock(self.spool, self.host,
-                              f"pid={night.pid} host={self.host} since={self.started_at.isoformat()} role=recover")
+        lock = take_host_lock(self.spool, self.host, self.started_at, role="recover")
         if lock is None:
             raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
                           "stop it there, or let it recover its own jobs")
@@ -510,7 +508,9 @@ def check_capacity(config, host: str, source: str) -> None:
         host_capacity(config, host, machine(), source=source)
 
 
-def take_host_lock(spool: SpoolDir, host: str, holder: str) -> locks.Lock | None:
-    """flock ``host``'s driver lock with ``holder`` written into it; None if another process holds it
-    after half a second. Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened."""
+def take_host_lock(spool: SpoolDir, host: str, since: datetime, *, role: str = "") -> locks.Lock | None:
+    """flock ``host``'s driver lock, with who holds it (this process, since when, as what) written into it; None
+    if another process holds it after half a second. Raises Refused, SpoolError, SpoolIOError: the lock cannot
+    be opened."""
+    holder = f"pid={os.getpid()} host={host} since={since.isoformat()}" + (f" role={role}" if role else "")
     return locks.take(spool.lock_path(host), timeout=0.5, holder=holder)
