@@ -18,7 +18,6 @@ from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results, result_names
 from onite.spool.accounts import user_name
 from onite.spool.scan import Entry, find_running, queued_stats, running_entries, withdrawn_entries
-from onite.spool.settings import default_host
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.jobview import JobView, result_view
@@ -50,7 +49,7 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]],
 
     euid = os.geteuid()
     known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
-             for row in waiting_jobs(spool, head, now, euid=euid, host=default_host(spool.config))}
+             for row in waiting_jobs(spool, head, now, euid=euid)}
     for _, _, name, uid, _ in head:
         if owner_or_root(euid, uid):
             known.setdefault((name, uid), ("", ""))

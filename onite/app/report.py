@@ -27,7 +27,6 @@ from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.accounts import user_name
 from onite.spool.scan import is_live, key_uid, queued_stats
-from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.resources import MAX_MEM
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, bad_value
@@ -461,8 +460,7 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
                         "urgent": view.urgent, "state": "running", "kind": "running",
                         "reason": running_reason(view, gone(view.host), data.drains), "command": None})
     head = queue[:EXAMINE]
-    why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
-                                                     host=default_host(spool.config))}
+    why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader)}
     last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
     for rank, ctime_ns, name, uid, held in head:
         mine = owner_or_root(data.reader, uid)

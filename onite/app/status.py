@@ -20,7 +20,6 @@ from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.log import parse_line, tail
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import queued_folder_stats, running_entries
-from onite.spool.settings import default_host
 from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView
 from onite.core.schedule import next_drain
@@ -54,7 +53,6 @@ class StatusInfo(Record):
 def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     """Look at the spool as this process's user, on this host."""
     config = spool.config
-    this_host = default_host(config)
     running = running_views(spool)
     every_beat = hb.beats(spool)
     alive = [beat for beat in every_beat if hb.is_alive(beat, now)]
@@ -84,14 +82,13 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
             queue[key] = queue.get(key, 0) + len(rows)
         held += sum(row[3] for row in rows)
         head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
-    drain = plan(spool, now, host=this_host)
+    drain = plan(spool, now)
     schedule_next = next_drain(config.schedule, now)  # onite.toml's check refused a bad one (a warning above)
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now),
-        waiting=[{**row, "name": label(row["name"])}
-                 for row in waiting_jobs(spool, head, now, euid=os.geteuid(), host=this_host)],
+        waiting=[{**row, "name": label(row["name"])} for row in waiting_jobs(spool, head, now, euid=os.geteuid())],
         not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next,

@@ -31,10 +31,12 @@ ELSEWHERE = "waits for another host"  # a job too big for this host: no room fre
 
 
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
-                 host: str) -> list[dict]:
+                 host: str | None = None) -> list[dict]:
     """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start
-    now; jobs that may start, and other users' jobs that are not held, are left out. A job a reason
-    names is named as ``euid``'s user writes it (NAME for their own, USER:NAME for another's)."""
+    now on ``host`` (default: this machine's); jobs that may start, and other users' jobs that are not held,
+    are left out. A job a reason names is named as ``euid``'s user writes it (NAME for their own,
+    USER:NAME for another's)."""
+    host = host or default_host(spool.config)
     reader = user_name(euid)
     users: dict[int, str] = {}
     folders: dict[int, str] = {}  # each rank's queue folder as a path
