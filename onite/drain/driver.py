@@ -228,7 +228,7 @@ class Driver:
         with suppress(OniteError, OSError, ValueError):
             from onite.drain.nextdrain import plan
 
-            upcoming = plan(self.spool, self.clock.now(), host=self.host, exclude_pid=self.night.pid).next
+            upcoming = plan(self.spool, self.clock.now(), host=self.host).next  # a driver of onite run starts none
         self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
         if self.heartbeat.beat_.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
             from onite.spool.cronrecords import refresh_record

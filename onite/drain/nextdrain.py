@@ -98,14 +98,13 @@ def cron_daemon_running() -> bool:
     return any(entry.isdigit() and comm(entry) in CRON_NAMES for entry in os.listdir("/proc"))
 
 
-def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | None = None) -> DrainPlan:
-    """What will drain ``spool`` after ``now`` (``host``: this machine's driver name, default from onite.toml;
-    ``exclude_pid``: a driver asking about the drains after its own)."""
+def plan(spool, now: datetime, *, host: str | None = None) -> DrainPlan:
+    """What will drain ``spool`` after ``now`` (``host``: this machine's driver name, default from onite.toml)."""
     config = spool.config
     this_host = host or default_host(config)
     machine, boot = os.uname().nodename, hb.boot_id()
     beats = hb.beats(spool)
-    live = [b for b in beats if b.pid != exclude_pid and hb.is_alive(b, now, machine=machine, boot=boot)]
+    live = [b for b in beats if hb.is_alive(b, now, machine=machine, boot=boot)]
     starters: list[Starter] = []
     problems: list[str] = []
 
