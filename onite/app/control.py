@@ -23,14 +23,14 @@ from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_m
 from onite.spool.settings import default_host
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
-from onite.app.common import key_for, me, refuse_finished
+from onite.app.common import key_for, label, me, refuse_finished
 
 
 class CancelReport(Record):
-    """What ``cancel`` did to a job: "cancelled", or "requested" of its driver."""
+    """What ``cancel`` did to a job: "cancelled", or "requested" of its driver (or "not cancelled": it was gone)."""
 
     name: str  # the job's key
-    action: str  # "cancelled", "requested"
+    action: str  # "cancelled", "requested", "not cancelled"
     detail: str = ""
     waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
@@ -127,9 +127,9 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
     return Selection(chosen, skipped)
 
 
-def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[str, str]]:
+def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[str]:
     """The queued jobs the caller may read that can no longer run once ``cancelled`` (each with a key as ``name``)
-    are, as (its key, the key it waits for), in queue order."""
+    are, in queue order, each as ``will fail: NAME (waits for DEP)``."""
     from onite.spool.edits import waits_for
 
     gone = {view.name for view in cancelled}
@@ -140,17 +140,15 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
                 after = waits_for(entry.path, entry.name, st.st_uid, edits, limit)
                 if after:
                     waiting.append((entry.name, after))
-    doomed: list[tuple[str, str]] = []
+    doomed: list[str] = []
     changed = True
     while changed:  # a job that waits for a doomed one is doomed too
         changed = False
         for key, after in waiting:
-            if key in gone:
-                continue
-            dep = next((dep for dep in after if dep in gone), None)
+            dep = None if key in gone else next((dep for dep in after if dep in gone), None)
             if dep is not None:
                 gone.add(key)
-                doomed.append((key, dep))
+                doomed.append(f"will fail: {label(key)} (waits for {label(dep)})")
                 changed = True
     return doomed
 

@@ -218,8 +218,8 @@ def cancel(
     patterns = [n for n in names if is_pattern(n)]
     if not all_ and not patterns:
         failed, cancelled = _cancel_each(target, names or _pick_one(target), [])
-        for name, dep in doomed_by(target, cancelled, os.geteuid()) if cancelled else ():  # as after a pattern's summary
-            print(printable(f"will fail: {label(name)} (waits for {label(dep)})"))
+        for line in doomed_by(target, cancelled, os.geteuid()) if cancelled else ():  # as after a pattern's summary
+            print(printable(line))
         return failed
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
@@ -230,8 +230,7 @@ def cancel(
         also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
         raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
     # the queued jobs that will fail, for they wait for one of these: root is shown them before answering
-    doomed = [printable(f"will fail: {label(name)} (waits for {label(dep)})")
-              for name, dep in doomed_by(target, picked.chosen, os.geteuid())]
+    doomed = [printable(line) for line in doomed_by(target, picked.chosen, os.geteuid())]
     if os.geteuid() == 0 and not yes and not confirm(
             f"cancelling by {what} as root", "--yes", [printable(f"  {label(view.name)}  ({view.state}, {view.user})")
                                                        for view in picked.chosen] + [f"  {line}" for line in doomed],
@@ -265,27 +264,24 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int | No
     """Cancel each job, saying how it went (``_each``); the exit code, and the CancelReports of those cancelled (or
     asked to stop). A job of ``matched`` (by a pattern) that ended or started since is said and skipped, not an error.
     All are withdrawn or asked to stop before any is waited for: a slot freed by one finds none of them to start."""
-    from onite.app.control import await_cancel, cancel as cancel_job
+    from onite.app.control import CancelReport, await_cancel, cancel as cancel_job
 
     cancelled: list = []
-    reports: list = []  # (name, its CancelReport, or why it was not cancelled), in order
+    reports: list = []  # a CancelReport for each name, in order
 
     def cancel_one(name: str) -> None:
         try:
-            reports.append((name, cancel_job(target, name, os.geteuid(), SYSTEM.now()), ""))
+            reports.append(cancel_job(target, name, os.geteuid(), SYSTEM.now()))
         except NotFound as err:
             if name not in matched:
                 raise
-            reports.append((name, None, err.what))
+            reports.append(CancelReport(key_for(name), "not cancelled", err.what, waitable=False))
 
     failed = _each(names, cancel_one)
-    for name, report, gone in reports:
-        if report is None:
-            print(printable(f"{label(name)}: not cancelled ({gone})"))
-            continue
+    for report in reports:
         if report.action == "requested":
             report = await_cancel(target, report)
-        print(printable(f"{label(name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
+        print(printable(f"{label(report.name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         if report.action in ("cancelled", "requested"):  # not a job that ended on its own meanwhile
             cancelled.append(report)
     return failed, cancelled

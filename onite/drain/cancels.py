@@ -54,27 +54,28 @@ class CancelInbox:
             self.finisher.file(self.finisher.reap())
         for entry in entries:
             with self.finisher.guard(entry.name):  # a user's entry never stops the night
-                self._process(entry)
+                requester = user_name(entry.uid)
+                if entry.size or not stat.S_ISREG(entry.mode):  # a job its owner withdrew (or something else)
+                    self._file(entry.path, entry.name, requester)
+                else:
+                    self._honour(entry, requester)
 
-    def _process(self, entry: Entry) -> None:
+    def _file(self, pending, name: str, requester: str) -> None:
+        """File the withdrawn job at ``pending`` (cancel/NAME@TOKEN) as cancelled by ``requester``."""
         night = self.night
-        requester = user_name(entry.uid)
-        if entry.size or not stat.S_ISREG(entry.mode):  # a job its owner withdrew (or something else): file it
-            try:
-                filed = file_withdrawn(night.spool, entry.path, by=requester, now=night.clock.now())
-            except NotAJob as err:
-                night.log.event("refused", entry.name, owner=requester, reason=str(err))
-                return
-            except SpoolIOError as err:  # a full disk: it stays in cancel/ for a later look
-                self.finisher.note_cannot_record(str(err), entry.name)
-                return
-            except OniteError as err:
-                night.log.event("error", entry.name, error=str(err))
-                return
-            if filed is not None:
-                tell_filed(filed, entry.name, requester, night.log, night.count, night.notifier, night.config)
+        try:
+            filed = file_withdrawn(night.spool, pending, by=requester, now=night.clock.now())
+        except NotAJob as err:
+            night.log.event("refused", name, owner=requester, reason=str(err))
             return
-        self._honour(entry, requester)
+        except SpoolIOError as err:  # a full disk: it stays in cancel/ for a later look
+            self.finisher.note_cannot_record(str(err), name)
+            return
+        except OniteError as err:
+            night.log.event("error", name, error=str(err))
+            return
+        if filed is not None:
+            tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
 
     def _honour(self, request: Entry, requester: str) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
@@ -99,11 +100,9 @@ class CancelInbox:
                 continue
             try:
                 pending = withdraw(night.spool, entry)
-                filed = file_withdrawn(night.spool, pending, by=requester, now=night.clock.now())
             except OniteError:
                 continue
-            if filed is not None:
-                tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
+            self._file(pending, name, requester)
         # a claim here that no run holds has ended, unfiled yet: the request came too late and goes with it
         if any(entry.host != night.host for entry in find_running(night.spool, name)) \
                 and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
