@@ -16,7 +16,7 @@ from onite.core.jobfile import decode
 from onite.core.names import SIDE, is_valid_key
 from onite.core.record import Record
 from onite.core.state import JobState, Result, unrun_result
-from onite.spool.filecheck import SLACK, read_up_to
+from onite.spool.filecheck import SLACK, BadFile, open_checked, read_up_to
 from onite.spool.files import change_state, create_marker, discard, move_file, rename_noreplace, token
 from onite.spool.holds import remove_holds
 from onite.spool.paths import SpoolDir
@@ -74,20 +74,17 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     Raises NotAJob: it is not a job file (it was set aside); SpoolIOError."""
     name = pending.name.partition(SIDE)[0]
     try:
-        fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        fd, st = open_checked(pending, one_link=True)
     except FileNotFoundError:
         return None
-    except OSError as err:  # a symlink (ELOOP); a fifo without a writer opens (O_NONBLOCK)
+    except BadFile as err:  # a symlink, a folder, a fifo, a hard link…
+        _set_aside(spool, pending, name, str(err), now)
+    except OSError as err:
         _set_aside(spool, pending, name, f"not a job file ({err.strerror})", now)
-    try:
-        st = os.fstat(fd)
-        one_file = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
-        # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
-        data = read_up_to(fd, spool.config.max_job_size + SLACK) if one_file else b""
+    try:  # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
+        data = read_up_to(fd, spool.config.max_job_size + SLACK)
     finally:
         os.close(fd)
-    if not one_file:
-        _set_aside(spool, pending, name, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file", now)
     try:
         job = decode(data)
     except JobFormatError:  # a damaged file is still filed (its folder's rank its priority): the cancel must not fail
