@@ -33,9 +33,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     """Change queued job ``text`` as ``changes`` say; what became of it, in words. Refused: another's job, one
     running or finished, or one that started while being changed (nothing changed)."""
     said, new = _edit(spool, text, caller_uid, now, changes)
-    if changes.after is None:
-        return said
-    doomed = ended_badly(spool, new)  # ", which failed: it will fail too, unless …"
+    doomed = "" if changes.after is None else ended_badly(spool, new)  # ", which failed: it will fail too, unless …"
     return f"{said}; waits for {', '.join(map(label, new.after))}{doomed}" if doomed else said  # as submit says it
 
 
@@ -90,10 +88,10 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
             raise Refused(f"this spool has no {spool.edit_dir} folder yet", "ask root to run onite init")
         marker = add_edit(spool.edit_dir, new, owner)
         try:
-            there = os.lstat(entry.path)
+            kept = os.lstat(entry.path).st_ino == st.st_ino
         except FileNotFoundError:
-            there = None
-        if there is not None and there.st_ino == st.st_ino:
+            kept = False
+        if kept:
             _withdraw_older(spool, name, marker)
             return f"{label(name)}: changed; it keeps its place", new
         if not withdraw_edit(marker):  # the driver took it as it claimed the job, or a cancel took it
