@@ -53,25 +53,24 @@ def request_cancel(spool: SpoolDir, name: str) -> Path:
 
 
 class NotAJob(OniteError):
-    """Something in cancel/ that is not a withdrawn job file (a folder, a link, a fifo, a hard link)."""
+    """Something in cancel/ that is not a withdrawn job file (a folder, a link, a fifo, a hard link, a forgery)."""
 
     exit_code = EXIT_REFUSED
 
 
 class Filed(Record):
-    """What ``file_withdrawn`` did: the ``result`` it wrote (None: ``note`` says why not), the ``job`` read."""
+    """What ``file_withdrawn`` did: the ``result`` it wrote, the ``job`` read (None: a damaged file)."""
 
-    result: Result | None
+    result: Result
     job: Job | None
-    note: str = ""
 
 
 def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result; None if it was
     gone. It must be a regular file of one link, and is checked again once moved under a dot-name into root's
-    jobsdone/, so a file swapped in meanwhile is caught; a forgery goes to refused/. The result is written
-    while the job is still in cancel/, so a filer killed at any step leaves the job or its result.
-    Raises NotAJob: it is not a job file (it was set aside); SpoolIOError."""
+    jobsdone/, so a file swapped in meanwhile is caught. The result is written while the job is still in
+    cancel/, so a filer killed at any step leaves the job or its result.
+    Raises NotAJob: it is not a job file, or a forgery (it was set aside); SpoolIOError."""
     name = pending.name.partition(SIDE)[0]
     try:
         fd, st = open_checked(pending, one_link=True)
@@ -81,6 +80,9 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         _set_aside(spool, pending, name, str(err), now)
     except OSError as err:
         _set_aside(spool, pending, name, f"not a job file ({err.strerror})", now)
+    if st.st_uid != key_uid(name):  # not read: nothing of it counts
+        os.close(fd)
+        _set_aside(spool, pending, name, f"a forgery: not {name.partition(':')[0]}'s file", now)
     try:  # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
         data = read_up_to(fd, spool.config.max_job_size + SLACK)
     finally:
@@ -89,12 +91,10 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         job = decode(data)
     except JobFormatError:  # a damaged file is still filed (its folder's rank its priority): the cancel must not fail
         job = None
-    forged = st.st_uid != key_uid(name)
-    result = None if forged else unrun_result(
+    result = unrun_result(
         name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED, reason=f"cancelled by {by}",
         host="", now=now, job=job, priority=rank or 0, urgent=job.urgent if job else rank == 0)
-    if result is not None:
-        write_result(spool, result)
+    write_result(spool, result)
     staged = spool.done_dir / f".{name}{STAGED}{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
         move_file(pending, staged, "filing the cancelled job")
@@ -104,9 +104,6 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now_st.st_mode) \
             or now_st.st_nlink != 1:
         _set_aside(spool, staged, name, "it was swapped while it was filed", now)
-    if forged:
-        move_file(staged, spool.refused_path(name, now), "setting aside a forged cancel")
-        return Filed(None, job, f"a forgery: not {name.partition(':')[0]}'s file (kept in refused/)")
     try:
         move_file(staged, spool.done_dir / name, "filing the cancelled job")
     except OniteError:
@@ -163,11 +160,7 @@ def finish_filings(spool: SpoolDir, now: float) -> int:
 
 
 def tell_filed(filed: Filed, name: str, requester: str, log, count, notifier, config) -> None:
-    """A queued job filed as cancelled (by a driver, or by root's cancel): ``count`` it, log it, tell its owner;
-    one not filed (a forgery) is logged as refused."""
-    if filed.result is None:
-        log.event("refused", name, owner=requester, reason=filed.note)
-        return
+    """A queued job filed as cancelled (by a driver, or by root's cancel): ``count`` it, log it, tell its owner."""
     count(filed.result)
     log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
     notifier.notify(filed.result, filed.job, config)
