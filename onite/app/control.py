@@ -76,8 +76,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
                 filed = file_withdrawn(spool, pending, by=by, now=now, rank=entry.rank)
             except SpoolIOError as err:  # it is withdrawn all the same: back in cancel/, never to run
                 return CancelReport(name, "cancelled", f"it will not run; its result could not be written "
-                                    f"({err.cause.strerror or err.cause}): a drain writes it once there is room",
-                                    waitable=False)
+                                    f"({err.cause.strerror or err.cause}): a drain writes it once there is room")
             if filed is not None:
                 file_cancelled(spool, filed, by, name)
     return CancelReport(name, "cancelled")

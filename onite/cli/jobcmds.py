@@ -275,7 +275,7 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int | No
         except NotFound as err:
             if name not in matched:
                 raise
-            reports.append(CancelReport(key_for(name), "not cancelled", err.what, waitable=False))
+            reports.append(CancelReport(key_for(name), "not cancelled", err.what))
 
     failed = _each(names, cancel_one)
     for report in reports:
