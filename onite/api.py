@@ -37,10 +37,12 @@ class Spool:
         it): all checked before any is written, then written in order, each all or nothing, with one flush to disk
         for many; return the names. If writing stops part way, the error says how many were spooled."""
         from onite.app.submit import submit_many
+        from onite.core.names import split_key
         from onite.exec import identity
 
-        requests = [_request(name, text, options) for name, text in jobs]
-        return submit_many(self._spool, requests, _captured(env, cwd), identity.current())
+        texts = [(name, _bytes(text)) for name, text in jobs]
+        spooled = submit_many(self._spool, _request("", b"", options), texts, _captured(env, cwd), identity.current())
+        return [split_key(job.name)[1] for job in spooled]
 
     def find(self, name: str) -> bool:
         """Is a job of this name queued or running?"""
@@ -56,8 +58,11 @@ def _request(name: str, text: str | bytes, options: dict, *, unique: bool = Fals
 
     if "unique" in options:
         raise TypeError("unique is an argument of submit, not an option of a job")
-    body = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
-    return SubmitRequest.of(name, body, dict(options, unique=unique))
+    return SubmitRequest.of(name, _bytes(text), dict(options, unique=unique))
+
+
+def _bytes(text: str | bytes) -> bytes:
+    return text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
 
 
 def _captured(env: Mapping | None, cwd: str | bytes | None):

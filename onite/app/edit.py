@@ -19,7 +19,7 @@ from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.names import check_base, check_name, job_key, split_key
 from onite.core.policy import owner_or_root
-from onite.core.request import JobChanges, SubmitRequest
+from onite.core.request import JobChanges
 from onite.exec import identity
 from onite.spool.edits import add_edit, edited, move_edited, trusted, withdraw_edit
 from onite.spool.filecheck import BadFile, file_problem, read_job_file
@@ -166,10 +166,10 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     job = changes.apply(job._replace(attempt=1, tried=()), spool.config, now, caller.name)  # a rerun starts at 1
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool, job)
-    check_policy(spool, SubmitRequest(name=new, body=job.body, urgent=job.urgent), now, caller)
+    check_policy(spool, job.urgent, now, caller)
     target = job_key(user, uniqname(spool, new, user) if unique else new)
     try:
-        check_after(spool, [job._replace(name=target)], unique=unique)
+        check_after(spool, [job._replace(name=target)])
     except InvalidInput as err:
         raise InvalidInput(f"restarting {text!r}: {err.what}",
                            "restart it with other dependencies (--after NAME), or spool it anew without them") from None

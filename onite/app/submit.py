@@ -18,9 +18,9 @@ from onite.spool.settings import default_host
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.core.identity import Identity
-from onite.core.job import Job, shebang_problem
+from onite.core.job import Job
 from onite.core.jobfile import encode, env_text
-from onite.core.request import Captured, SubmitRequest, build_job
+from onite.core.request import Captured, SubmitRequest, build_job, check_text
 from onite.core.resources import never_fits, request_of
 from onite.core.safetext import quoted
 from onite.app.common import label, me, open_spool, read_job_text, read_stdin
@@ -76,11 +76,11 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     check_capacity(spool, job)
     check_mail(request.notify, config)
     spool.check()
-    check_policy(spool, request, captured.now, caller)
-    check_after(spool, [job], unique=request.unique)
+    check_policy(spool, request.urgent, captured.now, caller)
     if request.unique:
         job = job._replace(name=job_key(caller.name, uniqname(spool, request.name, caller.name)))
-    else:
+    check_after(spool, [job])
+    if not request.unique:
         refuse_taken(spool, [job.name], caller.uid)
     write_job(spool, job, caller, hold=request.hold)
     return job
@@ -99,20 +99,20 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
         raise
 
 
-def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> None:
+def check_after(spool: SpoolDir, jobs: list[Job]) -> None:
     """InvalidInput unless each of ``jobs`` waits only for an earlier one or a spooled job, and not for itself
-    through queued jobs. ``unique``: each name is a base, to be made unique."""
+    through queued jobs."""
     if not any(job.after for job in jobs):
         return
     from onite.core.queue import DepState  # not at import, nor for jobs without --after: a submit loads no queue order
     from onite.spool.deps import dependency_state
 
-    position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
+    position = {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     after_of = None
     for i, job in enumerate(jobs):
         for dep in job.after:
-            if dep == job.name and not unique:
+            if dep == job.name:
                 raise InvalidInput(f"job {label(dep)!r} cannot wait for itself", "drop that --after")
             if dep in position:
                 if position[dep] > i:
@@ -126,7 +126,7 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                                        "check the name with onite list --all")
                 known.add(dep)
         # a name made unique is new, as is one that left no trace: no job waits for it (an --after needs one)
-        if job.after and not unique and dependency_state(spool, job.name) is not DepState.MISSING:
+        if job.after and dependency_state(spool, job.name) is not DepState.MISSING:
             from onite.core.queue import dependency_cycle
 
             after_of = after_of or _waits_for(spool)
@@ -212,68 +212,59 @@ def undo_holds(markers: list) -> None:
         remove_file(marker)
 
 
-def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
-    """Spool several jobs in order, all checked before any is written. A name taken while writing leaves the
-    jobs before it spooled: the error says how many."""
-    if not requests:
+def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[str, bytes]], captured: Captured,
+                caller: Identity) -> list[Job]:
+    """Spool a job of ``request``'s options for each ``(name, text)``, in order, all checked before any is written;
+    the jobs spooled. A name taken while writing leaves the jobs before it spooled: the error says how many."""
+    if not texts:
         return []
-    config = spool.config
-    names: dict[str, None] = {}
+    if request.unique:
+        raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
+    names: set[str] = set()
     jobs: list[Job] = []
-    templates: dict[SubmitRequest, Job] = {}  # jobs that differ only in name and text share their parsed options
-    for request in requests:
-        if request.unique:
-            raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
-        check_name(request.name)
-        if request.name in names:
-            raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
-        names[request.name] = None
-        key = request._replace(name="", body=b"")
-        if not request.body:
-            raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
-        if key not in templates:
-            templates[key] = build_job(request, captured, config, caller.name)
-        problem = shebang_problem(request.body)
-        if problem:
-            raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
-                               "fix its first line: #!/path/to/interpreter [one argument]")
-        jobs.append(templates[key]._replace(name=job_key(caller.name, request.name), body=request.body))
-    for job in templates.values():
-        check_capacity(spool, job)
-    check_mail(requests[0].notify, config)  # --notify is the same for every job of a batch
+    job = None
+    for name, body in texts:
+        check_name(name)
+        if name in names:
+            raise InvalidInput(f"job name {name!r} appears twice in the batch", "give each job its own name")
+        names.add(name)
+        job = job or build_job(request._replace(name=name, body=body), captured, spool.config, caller.name)
+        check_text(name, body)  # the jobs share the first one's parsed options, not its text
+        jobs.append(job._replace(name=job_key(caller.name, name), body=body))
+    check_capacity(spool, job)
+    check_mail(request.notify, spool.config)
     spool.check()
-    for request in {r.urgent: r for r in requests}.values():
-        check_policy(spool, request, captured.now, caller)
+    check_policy(spool, request.urgent, captured.now, caller)
     check_after(spool, jobs)
-    names = [job.name for job in jobs]
-    refuse_taken(spool, names, caller.uid)
+    keys = [job.name for job in jobs]
+    refuse_taken(spool, keys, caller.uid)
     env_lines = env_text(captured.env)
-    markers = prepare_holds(spool, names, caller, [job.name for job, r in zip(jobs, requests) if r.hold])
+    markers = prepare_holds(spool, keys, caller, keys if request.hold else [])
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines)) for job in jobs)
     try:
         create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
-        unspooled = set(names[created:])
+        unspooled = set(keys[created:])
         undo_holds([m for m in markers if m.name.partition("@")[0] in unspooled])
         if isinstance(err, Refused):  # taken since the check (a concurrent submit): said as a taken name
             try:
-                refuse_taken(spool, names[created:created + 1], caller.uid)
+                refuse_taken(spool, keys[created:created + 1], caller.uid)
             except Refused as taken:
                 err = taken
         if created:
-            err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {requests[0].name} to "
-                         f"{requests[created - 1].name})")
+            err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {texts[0][0]} to "
+                         f"{texts[created - 1][0]})")
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise err from None
-    return [r.name for r in requests]
+    return jobs
 
 
-def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
-    """Refused: urgent without the right, after the cutoff, or while a driver runs under check_lock."""
+def check_policy(spool: SpoolDir, urgent: bool, now: datetime, caller: Identity) -> None:
+    """Refused: ``urgent`` without the right, after the cutoff, or while a driver runs under check_lock."""
     config = spool.config
-    if request.urgent:
+    if urgent:
         check_urgent(caller, config.admins, "spool urgent jobs")
     state = cutoff_state(now, config.cutoff, config.until)
     if state.closed:
@@ -367,11 +358,9 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
     target = open_spool(spool)
     request.limits(target.config, now, me())  # a bad option is told before stdin is read
     if lines:
-        names = submit_lines(request, target, now)
-        said = None
-        if confirm:
-            job = build_job(request._replace(name=names[0], body=b"-", unique=False), capture(now), target.config, me())
-            said = confirmation(target, names, job, held=request.hold, now=now)
+        jobs = submit_lines(request, target, now)
+        names = [label(job.name) for job in jobs]
+        said = confirmation(target, names, jobs[0], held=request.hold, now=now) if confirm else None
         return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
     limit = target.config.max_job_size
     if not request.body:
@@ -384,8 +373,8 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
     return (label(job.name) if request.unique else None), said
 
 
-def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> list[str]:
-    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; their names."""
+def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> list[Job]:
+    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the jobs spooled."""
     lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
     if not lines:
         raise InvalidInput("no job on stdin: every line is empty",
@@ -401,9 +390,8 @@ def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> lis
     elif len(base) > room:
         raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
                            f"use at most {room} characters before -{'0' * width}")
-    requests = [request._replace(name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
-                for i, line in enumerate(lines, 1)]
-    return submit_many(target, requests, capture(now), caller)
+    texts = [(f"{base}-{i:0{width}d}", line + b"\n") for i, line in enumerate(lines, 1)]
+    return submit_many(target, request._replace(unique=False), texts, capture(now), caller)
 
 
 def ended_badly(spool: SpoolDir, job: Job) -> str:

@@ -82,7 +82,6 @@ class Captured(Record):
     umask: int
     host: str
     now: datetime
-    extra: tuple[tuple[str, str], ...] = ()
 
 
 def build_job(request: SubmitRequest, captured: Captured, config: Config, user: str) -> Job:
@@ -90,12 +89,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     into it, so a later change of onite.toml does not change jobs already spooled.
     Raises InvalidInput: a bad option, a ``#!`` line that can never run, an environment execve cannot pass."""
     limits = request.limits(config, captured.now, user)
-    if not request.body:
-        raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
-    problem = shebang_problem(request.body)
-    if problem:
-        raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
-                           "fix its first line: #!/path/to/interpreter [one argument]")
+    check_text(request.name, request.body)
     if len(captured.cwd) >= PATH_MAX:  # chdir refuses it (ENAMETOOLONG): the job would fail at night, never run
         raise InvalidInput(f"your current directory's path is {len(captured.cwd)} bytes long, and no job can start in "
                            f"a directory whose path is longer than {PATH_MAX - 1}",
@@ -119,11 +113,20 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
             stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
             notify=request.notify,
             notify_on=request.notify_on,
-            extra=captured.extra,
             **{**defaults, **limits},
         )
     except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
+
+
+def check_text(name: str, body: bytes) -> None:
+    """InvalidInput: job ``name``'s text is empty, or starts with a ``#!`` line that can never run."""
+    if not body:
+        raise InvalidInput(f"the text of job {name!r} is empty", "give the job a command")
+    problem = shebang_problem(body)
+    if problem:
+        raise InvalidInput(f"the text of job {name!r} can never run: {problem}",
+                           "fix its first line: #!/path/to/interpreter [one argument]")
 
 
 class JobChanges(Record):
