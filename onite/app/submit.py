@@ -165,8 +165,14 @@ def _waits_for(spool: SpoolDir):
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
-    """Refused: a key that is queued or running, or a file at it that is not ``uid``'s (a forgery)."""
-    found = _entries_at(spool, set(keys))
+    """Refused: a key that is queued or running, or a file at it that is not ``uid``'s (a forgery); a big batch's
+    keys are looked for in one listing a folder."""
+    wanted, found = set(keys), []
+    folders = [(folder, {"rank": rank}) for rank, folder in spool.queue_folders()] + \
+        [(spool.running_dir(host), {"host": host}) for host in spool.hosts()]
+    for folder, where in folders:
+        names = wanted if len(wanted) < 64 else [entry.name for entry in listing(folder) if entry.name in wanted]
+        found += [e for name in names if (e := stat_entry(folder, name, **where))]
     for entry in sorted(found, key=lambda e: e.name):
         name = split_key(entry.name)[1]
         if entry.uid != uid:
@@ -175,17 +181,6 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
         where = f"running now (on {entry.host}, {user_name(entry.uid)})" if entry.host else \
             f"already queued ({'urgent' if entry.rank == 0 else f'P{entry.rank}'}, {user_name(entry.uid)})"
         raise Refused(f"a job named {name!r} is {where}", "pick another name, or use --unique")
-
-
-def _entries_at(spool: SpoolDir, keys: set[str]) -> list:
-    """What lies at ``keys`` in the queue folders and running/, forgeries too (a big batch's in one listing)."""
-    folders = [(folder, {"rank": rank}) for rank, folder in spool.queue_folders()] + \
-        [(spool.running_dir(host), {"host": host}) for host in spool.hosts()]
-    found = []
-    for folder, where in folders:
-        names = keys if len(keys) < 64 else [entry.name for entry in listing(folder) if entry.name in keys]
-        found += [e for name in names if (e := stat_entry(folder, name, **where))]
-    return found
 
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
@@ -245,8 +240,7 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
         create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
-        unspooled = set(keys[created:])
-        undo_holds([m for m in markers if m.name.partition("@")[0] in unspooled])
+        undo_holds(markers[created:])  # one a job, in order, if they are held
         if isinstance(err, Refused):  # taken since the check (a concurrent submit): said as a taken name
             try:
                 refuse_taken(spool, keys[created:created + 1], caller.uid)
