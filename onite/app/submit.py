@@ -19,7 +19,7 @@ from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.job import Job
-from onite.core.jobfile import encode, env_text
+from onite.core.jobfile import encode
 from onite.core.request import Captured, SubmitRequest, build_job, check_text
 from onite.core.resources import never_fits, request_of
 from onite.core.safetext import quoted
@@ -233,9 +233,8 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
     check_after(spool, jobs)
     keys = [job.name for job in jobs]
     refuse_taken(spool, keys, caller.uid)
-    env_lines = env_text(captured.env)
     markers = prepare_holds(spool, keys, caller, keys if request.hold else [])
-    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines)) for job in jobs)
+    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job)) for job in jobs)
     try:
         create_batch(files)
     except OniteError as err:

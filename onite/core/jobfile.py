@@ -71,13 +71,14 @@ def env_problem(env: dict[bytes, bytes]) -> str:
     return ""
 
 
-def env_text(env: dict[bytes, bytes]) -> str:
-    """The ``env:`` lines of a job file (a batch of jobs with one environment encodes it once)."""
-    return "".join(f"env: {escape(name)}={escape(value)}\n" for name, value in env.items())
+@lru_cache(maxsize=1)
+def _env_lines(env: tuple[tuple[bytes, bytes], ...]) -> str:
+    """The ``env:`` lines of a job file: a batch's jobs share one environment, encoded once."""
+    return "".join(f"env: {escape(name)}={escape(value)}\n" for name, value in env)
 
 
-def encode(job: Job, *, env_lines: str | None = None) -> bytes:
-    """The job file's bytes. ``env_lines``: ``env_text(job.env)``, if the caller has it."""
+def encode(job: Job) -> bytes:
+    """The job file's bytes."""
     lines = [
         f"onite-job: {FORMAT}",
         f"name: {job.name}",
@@ -98,7 +99,7 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
 
         lines.extend(f"tried: {json.dumps(t.to_json(), sort_keys=True)}" for t in job.tried)
     lines.extend(f"{key}: {escape(value.encode('utf-8', 'surrogateescape'))}" for key, value in job.extra)
-    lines.append(env_text(job.env) if env_lines is None else env_lines)
+    lines.append(_env_lines(tuple(job.env.items())))
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape") + job.body
 
 
