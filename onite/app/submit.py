@@ -70,20 +70,36 @@ def own_environment() -> dict[bytes, bytes]:
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
     """Check the spool's policy and spool the job; the job as spooled."""
-    config = spool.config
-    (check_base if request.unique else check_name)(request.name)
-    job = build_job(request, captured, config, caller.name)
+    job = checked_jobs(spool, request, [(request.name, request.body)], captured, caller)[0]
+    write_job(spool, job, caller, hold=request.hold)
+    return job
+
+
+def checked_jobs(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[str, bytes]], captured: Captured,
+                 caller: Identity) -> list[Job]:
+    """A job of ``request``'s options for each ``(name, text)``, all checked against the spool and its policy;
+    with ``unique``, the one job's name made unique. Raises InvalidInput, Refused."""
+    names: set[str] = set()
+    jobs: list[Job] = []
+    job = None
+    for name, body in texts:
+        (check_base if request.unique else check_name)(name)
+        if name in names:
+            raise InvalidInput(f"job name {name!r} appears twice in the batch", "give each job its own name")
+        names.add(name)
+        job = job or build_job(request._replace(name=name, body=body), captured, spool.config, caller.name)
+        check_text(name, body)  # the jobs share the first one's parsed options, not its text
+        jobs.append(job._replace(name=job_key(caller.name, name), body=body))
     check_capacity(spool, job)
-    check_mail(request.notify, config)
+    check_mail(request.notify, spool.config)
     spool.check()
     check_policy(spool, request.urgent, captured.now, caller)
     if request.unique:
-        job = job._replace(name=job_key(caller.name, uniqname(spool, request.name, caller.name)))
-    check_after(spool, [job])
+        jobs = [job._replace(name=job_key(caller.name, uniqname(spool, request.name, caller.name)))]
+    check_after(spool, jobs)
     if not request.unique:
-        refuse_taken(spool, [job.name], caller.uid)
-    write_job(spool, job, caller, hold=request.hold)
-    return job
+        refuse_taken(spool, [job.name for job in jobs], caller.uid)
+    return jobs
 
 
 def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
@@ -215,24 +231,8 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
         return []
     if request.unique:
         raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
-    names: set[str] = set()
-    jobs: list[Job] = []
-    job = None
-    for name, body in texts:
-        check_name(name)
-        if name in names:
-            raise InvalidInput(f"job name {name!r} appears twice in the batch", "give each job its own name")
-        names.add(name)
-        job = job or build_job(request._replace(name=name, body=body), captured, spool.config, caller.name)
-        check_text(name, body)  # the jobs share the first one's parsed options, not its text
-        jobs.append(job._replace(name=job_key(caller.name, name), body=body))
-    check_capacity(spool, job)
-    check_mail(request.notify, spool.config)
-    spool.check()
-    check_policy(spool, request.urgent, captured.now, caller)
-    check_after(spool, jobs)
+    jobs = checked_jobs(spool, request, texts, captured, caller)
     keys = [job.name for job in jobs]
-    refuse_taken(spool, keys, caller.uid)
     markers = prepare_holds(spool, keys, caller, keys if request.hold else [])
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job)) for job in jobs)
     try:
