@@ -105,7 +105,7 @@ def checked_jobs(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[
 def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
               owner: tuple[int, int] | None = None) -> None:
     """Write the job's file (``owner``'s, when root spools for someone else), held if asked; nothing if it fails."""
-    markers = prepare_holds(spool, [job.name], caller, [job.name] if hold else [], owner=owner)
+    markers = prepare_holds(spool, [job.name], caller, hold=hold, owner=owner)
     try:
         create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job), owner=owner)
     except OniteError as err:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
@@ -198,17 +198,17 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
         raise Refused(f"a job named {name!r} is {where}", "pick another name, or use --unique")
 
 
-def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
+def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: bool,
                   owner: tuple[int, int] | None = None) -> list:
-    """Before jobs ``names`` are spooled: remove their names' stale hold markers, and add one for each of
-    ``held``, first, so that no driver sees it unheld."""
+    """Before jobs ``names`` are spooled: remove their names' stale hold markers and, to spool them held, add one
+    for each, in order, first, so that no driver sees it unheld."""
     holds = read_markers(spool.hold_dir)
     stale = [n for n in names if n in holds]
     if stale:
         remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
     markers = []
     try:
-        for name in held:
+        for name in names if hold else ():
             markers.append(add_hold(spool, name, owner))
     except OniteError:
         undo_holds(markers)
@@ -232,13 +232,13 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
         raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
     jobs = checked_jobs(spool, request, texts, captured, caller)
     keys = [job.name for job in jobs]
-    markers = prepare_holds(spool, keys, caller, keys if request.hold else [])
+    markers = prepare_holds(spool, keys, caller, hold=request.hold)
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job)) for job in jobs)
     try:
         create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
-        undo_holds(markers[created:])  # one a job, in order, if they are held
+        undo_holds(markers[created:])  # held: one a job, in order
         if isinstance(err, Refused):  # taken since the check (a concurrent submit): said as a taken name
             try:
                 refuse_taken(spool, keys[created:created + 1], caller.uid)
