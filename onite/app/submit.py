@@ -161,15 +161,17 @@ def _waits_for(spool: SpoolDir):
 
     from onite.spool.edits import read_edited
 
-    limit, edits, looks = spool.config.max_job_size, read_markers(spool.edit_dir), 0
+    limit, edits, looks = spool.config.max_job_size, None, 0
 
     @functools.cache
     def after_of(key: str) -> tuple[str, ...]:
-        nonlocal looks
+        nonlocal edits, looks
         looks += 1
         if looks > CYCLE_LOOKS:  # a chain another user made as long as they like costs a submit no more
             return ()
         for entry in find_queued(spool, key, holds={}):  # a hold changes nothing of what it waits for
+            if edits is None:  # edit/ is anyone's to fill: listed only once a waited-for job is queued
+                edits = read_markers(spool.edit_dir)
             # another user's is private: not followed; one without an edit or an after: line is not decoded
             job = read_edited(entry.path, key, entry.uid, edits, limit, waiting=True)
             if job is not None:
