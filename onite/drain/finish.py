@@ -21,7 +21,7 @@ from onite.core.job import Attempt
 from onite.core.jobfile import encode
 from onite.core.names import is_valid_key, split_key
 from onite.core.queue import retry_delay
-from onite.core.state import HARD_STOPPED, JobState, Outcome, Result, unrun_result
+from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.core.values import is_whole
 from onite.drain.night import Night
 from onite.exec.runner import Run
@@ -88,9 +88,9 @@ class Finisher:
     @staticmethod
     def _goes_back(run: Run, outcome: Outcome) -> bool:
         """Its job goes back to its queue with no result: its monitor started nothing, the executor took
-        nothing, or a hard stop ended it (as recovery decides it: onite.drain.recovery)."""
+        nothing, or this driver's hard stop ended it (a run adopted after one is filed by its record)."""
         return (run.stopping is None and (run.unrecorded is not None or run.unavailable is not None)
-                or outcome.reason == HARD_STOPPED)
+                or run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
         night = self.night
