@@ -128,7 +128,8 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[str]:
     """The queued jobs the caller may read that can no longer run once ``cancelled`` (each with a key as ``name``)
-    are, in queue order, each as ``will fail: NAME (waits for DEP)``."""
+    are, in queue order, each as ``will fail: NAME (waits for DEP)``. A file that cannot be read is left out (its
+    driver says why); a forgery is never read (job_stats leaves it out)."""
     from onite.spool.edits import waits_for
 
     gone = {view.name for view in cancelled}

@@ -1,8 +1,9 @@
 """Which files in a world-writable spool folder (jobs/, recur/) root may trust enough to act on.
 
-Trusted: a regular file of one link, owned by a real account, writable by its owner only, without
-setuid/setgid bits, not absurdly large. It is opened with O_NOFOLLOW|O_NONBLOCK and checked again on
-the descriptor, so a file swapped in between the look and the open is caught (docs/security.md).
+Trusted: a regular file of one link (not a symlink, fifo, device, or a hard link to someone else's file),
+owned by a real account, writable by its owner only, without setuid/setgid bits, not absurdly large. It is
+opened with O_NOFOLLOW|O_NONBLOCK and checked again on the descriptor, so a file swapped in between the look
+and the open is caught (docs/security.md).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ for a lasting reason (held, pinned elsewhere) is *parked*: left out until its ct
 name that is no job name (nor a dot-name, a write in progress) is handed out once per listing (``strays``).
 
 ``TimedWatch``, the sleeping daemon's, says when it must wake for a not-before time (``--at``, a retry's
-back-off): a header is read once per new name, with one bounded read; an edited job goes by its edits, read
-as the driver reads them, again whenever they change. A job is due at max(not-before, ctime); one due at or
-before the last drain's start was left by it, and waits for the next drain rather than wake the daemon.
+back-off): a header is read once per new name, with one bounded read, and holds are asked of hold/'s
+markers, never of the job file; an edited job goes by its edits, read as the driver reads them, again
+whenever they change. A job is due at max(not-before, ctime); one due at or before the last drain's start
+was left by it, and waits for the next drain rather than wake the daemon.
 """
 
 from __future__ import annotations
