@@ -3,8 +3,9 @@
 Holding the host's lock, the driver decides each claim from its run record (docs/job-control.md,
 "Exactly once"): an ended run is filed as recorded, one whose monitor lives is adopted, one never
 started is requeued, a Slurm job is taken back; one with a damaged record, or whose monitor died
-without an end, has what is left of it stopped and runs again (or fails): the one case of a rerun.
-What belongs to a run is told without trusting what a user controls: its cgroups as its record
+without an end, has what is left of it stopped and runs again (or fails): the one case of a rerun; one
+whose monitor died after its job's leader ``exited`` is filed with that status once what is left of it is
+stopped. One damaged claim never stops the night. What belongs to a run is told without trusting what a user controls: its cgroups as its record
 names them, the process group of a process carrying its ONITE_RUN_ID, its Slurm job.
 """
 
