@@ -187,7 +187,9 @@ def test_a_copy_of_a_job_whose_run_on_another_host_ended_runs(spool, workdir):
     body = f"touch {workdir}/started.$$; while [ ! -e {go} ]; do sleep 0.05; done\n"
     assert run_cli(["submit", "again"], stdin=body.encode(), user="nobody", cwd="/tmp").code == 0
     alpha = start_driver(spool, "--host", "alpha")
-    wait_for(lambda: list(workdir.glob("started.*")), what="alpha's run")
+    # its start line too: the driver logs a start once the monitor says the job began, after the job's first step
+    logged = lambda: any(" start nobody:again " in line for line in log_lines(spool))  # noqa: E731
+    wait_for(lambda: list(workdir.glob("started.*")) and logged(), what="alpha's run, logged")
     claimed = spool / "running" / "alpha" / "nobody:again"
     record = spool / "running" / "alpha" / "nobody:again@run"
     alpha.kill()
