@@ -168,6 +168,7 @@ def durable_steps(tmp_path_factory) -> dict[str, int]:
 
 
 @needs_strace
+@pytest.mark.slow
 @pytest.mark.parametrize("syscall", SYSCALLS)
 def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_nothing(tmp_path, durable_steps,
                                                                                         syscall):
@@ -195,6 +196,7 @@ def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_no
 KILLS = 16  # drivers killed by the random harness, each at a random moment of its drain
 
 
+@pytest.mark.slow
 def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
     """Three drivers (hosts) share the spool while jobs are spooled; one of them is killed -9 at
     random moments, again and again. Seeded, so that a failure can be replayed. Killing drivers

@@ -24,6 +24,7 @@ def started(spool) -> list[str]:
     return [line.split()[3] for line in log_lines(spool) if line.split()[2:3] == ["start"]]
 
 
+@pytest.mark.slow
 def test_fair_order_lets_the_second_users_jobs_run_among_the_first_users_first_ten(spool):
     set_config(spool, order="fair", slots=1)
     # daemon's jobs take longer than nobody's: whatever the machine's load, nobody has used less

@@ -42,6 +42,7 @@ def spool_jobs(ran, count):
     assert [p.wait(120) for p in procs] == [0] * 4
 
 
+@pytest.mark.slow
 def test_three_hosts_share_240_jobs_exactly_once(spool, workdir, cli):
     ran = workdir / "ran"
     ran.mkdir()
