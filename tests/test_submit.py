@@ -389,10 +389,10 @@ def test_a_command_after_dashes_that_cannot_be_a_job(spool, cli, argv, message):
 
 
 @pytest.mark.parametrize("command, warning", [
-    (["/nonexistent/cmd", "x"], "warning: '/nonexistent/cmd' is not a file you may run now"),
-    (["no-such-command-here"], "warning: no command 'no-such-command-here' in PATH now"),
-    (["./not-here.sh"], "warning: './not-here.sh' is not a file you may run now"),
-    (["/nonexistent/\udcff"], "warning: '/nonexistent/\\xff' is not a file you may run now"),  # a byte as typed
+    (["/nonexistent/cmd", "x"], "onite: warning: '/nonexistent/cmd' is not a file you may run now"),
+    (["no-such-command-here"], "onite: warning: no command 'no-such-command-here' in PATH now"),
+    (["./not-here.sh"], "onite: warning: './not-here.sh' is not a file you may run now"),
+    (["/nonexistent/\udcff"], "onite: warning: '/nonexistent/\\xff' is not a file you may run now"),  # a byte as typed
     (["true"], None), (["cd", "/tmp"], None), ([sys.executable, "-c", "pass"], None),
 ])
 def test_a_command_after_dashes_found_nowhere_is_spooled_with_a_warning(spool, cli, command, warning):
@@ -414,7 +414,7 @@ def test_a_command_after_dashes_is_the_shells_own_only_if_bin_sh_has_it(spool, c
     if has_source:
         assert r.err == "", r
     else:
-        assert "warning: no command 'source' in PATH now" in r.err and len(r.err.splitlines()) == 1, r
+        assert "onite: warning: no command 'source' in PATH now" in r.err and len(r.err.splitlines()) == 1, r
 
 
 def test_a_command_after_dashes_with_the_spool_before_the_command(spool, cli):

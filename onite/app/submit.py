@@ -327,11 +327,11 @@ def missing_command(argv: list[str]) -> str | None:
     if shutil.which(command) is not None:
         return None
     if "/" in command:
-        return (f"warning: {quoted(command, 200)} is not a file you may run now: the job fails at night unless it "
+        return (f"onite: warning: {quoted(command, 200)} is not a file you may run now: the job fails at night unless it "
                 "is by then")
     if _shell_has(command):
         return None
-    return f"warning: no command {quoted(command, 200)} in PATH now: the job fails at night unless it is there by then"
+    return f"onite: warning: no command {quoted(command, 200)} in PATH now: the job fails at night unless it is there by then"
 
 
 def _shell_has(word: str) -> bool:

@@ -82,9 +82,9 @@ def check_name(name: str, *, what: str = "job name") -> str:
     elif len(name) > MAX_NAME:
         why = f"it is {len(name)} characters long (at most {MAX_NAME})"
     elif not name[0].isascii() or not name[0].isalnum():
-        why = "it must start with a letter or a digit"
+        why = "it must start with an ASCII letter or a digit"
     else:
-        why = "it may hold only letters, digits, '.', '_' and '-'"
+        why = "it may hold only ASCII letters, digits, '.', '_' and '-'"
     example = "node1 or build-02" if what == "host name" else "nightly-report or backup.2026-11-22"
     raise InvalidInput(f"invalid {what} {quoted(name)}: {why}", f"use e.g. {example}")
 
