@@ -75,11 +75,13 @@ def test_submit_lines_prints_each_name_on_its_own_line(spool):
 
 
 @pytest.mark.skipif(not ROOT, reason="needs root: the onite.toml is root's, read by another user (nobody)")
-def test_a_bad_key_in_onite_toml_stops_the_driver_not_a_user_reading_the_queue(spool):
+def test_a_bad_key_in_onite_toml_stops_the_driver_not_a_user_reading_or_withdrawing(spool):
     assert onite(spool, "submit", "done-before", stdin=b"true\n").returncode == 0
     drain(spool)
     assert onite(spool, "submit", "waiting", stdin=b"true\n").returncode == 0
     os.chmod(spool.parent, 0o755)
+    for name in ("mine", "mine2"):
+        assert run_cli(["submit", name], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
     with open(spool / "onite.toml", "a") as config:
         config.write("slot = 2\n")  # the admin's typo for slots
     for args in (["list"], ["status"], ["find", "root:waiting"], ["output", "done-before"],
@@ -96,7 +98,14 @@ def test_a_bad_key_in_onite_toml_stops_the_driver_not_a_user_reading_the_queue(s
             assert "until it is fixed a new drain refuses the file and a running daemon keeps its previous" in err
             assert ("ask root" in err) == (user == "nobody"), err
     assert json.loads(onite(spool, "list", "--json").stdout)["jobs"][0]["name"] == "waiting"
-    for args in (["run", "-q"], ["cron", "--install"], ["submit", "more"]):
+    # a user takes their own job out of the queue, or holds it, despite the admin's typo
+    for args, said in ((["hold", "mine"], "mine: held"), (["release", "mine"], "mine: released"),
+                       (["cancel", "mine2"], "mine2")):
+        done = run_cli(args, user="nobody", cwd="/tmp")
+        assert done.code == 0 and said in done.out, (args, done)
+        assert done.err.startswith("onite: warning: ") and "unknown key 'slot'" in done.err, (args, done)
+    assert run_cli(["find", "nobody:mine2"], user="nobody", cwd="/tmp").code != 0
+    for args in (["run", "-q"], ["cron", "--install"], ["submit", "more"], ["restart", "done-before"]):
         done = onite(spool, *args, stdin=b"true\n")
         assert done.returncode == 2 and done.stderr.decode() == (
             f"onite: {spool}/onite.toml: unknown key 'slot' — did you mean 'slots'?\n"), (args, done)

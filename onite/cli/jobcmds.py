@@ -214,7 +214,7 @@ def cancel(
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
     from onite.app.control import doomed_by, is_pattern, select_jobs
 
-    target, names = open_spool(spool), names or []
+    target, names = open_spool(spool, reading=True), names or []
     patterns = [n for n in names if is_pattern(n)]
     if not all_ and not patterns:
         failed, cancelled = _cancel_each(target, names or _pick_one(target), [])
@@ -327,7 +327,7 @@ def _set_hold(names: list[str], spool: str | None, *, held: bool) -> int | None:
         if is_pattern(name):
             raise InvalidInput(f"{name!r} is a pattern, and onite {'hold' if held else 'release'} takes job names",
                                "name each job (onite list shows them); only onite cancel takes patterns")
-    target = open_spool(spool)
+    target = open_spool(spool, reading=True)
 
     def set_one(name: str) -> None:
         changed = set_hold(target, name, os.geteuid(), held)

@@ -182,8 +182,9 @@ def spool_of(spool: str | None) -> str | None:
 
 
 def open_spool(spool: str | None, *, reading: bool = False):
-    """The spool a command works on, checked (a personal default one created on first use). ``reading``: it goes on
-    past a bad onite.toml, said on stderr, with the defaults of what is wrong (the driver refuses it)."""
+    """The spool a command works on, checked (a personal default one created on first use). ``reading``: a command
+    that spools nothing (it reads, or withdraws or holds a queued job) goes on past a bad onite.toml, said on
+    stderr, with the defaults of what is wrong (the driver and the commands that spool refuse it)."""
     from onite.app.common import open_spool as open_target
 
     target = open_target(spool_of(spool), reading=reading)

@@ -88,7 +88,7 @@ def recur_remove(names: Annotated[list[str], Arg(metavar="NAME")], spool: SpoolO
     from onite.app.recur import remove
     from onite.cli.jobcmds import _each
 
-    target = open_spool(spool)
+    target = open_spool(spool, reading=True)
 
     def remove_one(name: str) -> None:
         runs = [label(run) for run in remove(target, name, os.geteuid())]
