@@ -129,7 +129,7 @@ def test_an_empty_driver_host_is_refused_as_submit_and_recover_refuse_it(spool, 
 
 def test_bad_config_is_one_line(spool, cli):
     set_config(spool, slots=0)
-    r = cli(["cancel", "x"])
+    r = cli(["restart", "x"])  # a command that spools refuses the file
     assert r.code == 2 and "slots = 0 is not valid" in r.err and r.err.count("\n") == 1
     r = cli(["list"])  # a command that only reads warns, once, and goes on
     assert r.code == 0 and "slots = 0 is not valid" in r.err and r.err.startswith("onite: warning: "), r

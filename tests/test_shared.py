@@ -640,5 +640,5 @@ def test_a_bad_setting_tells_a_user_whom_to_ask(spool):
     r = run_cli(["list"], user="nobody", cwd="/tmp")  # reading the queue: said as a warning, and the queue shown
     assert r.code == 0 and r.err.startswith(f"onite: warning: {spool}/onite.toml: slots = 'two' is not valid — ask "
                                             "root, who owns onite.toml (write a whole number from 1 to 4096)"), r
-    r = run_cli(["cancel", "x"])
+    r = run_cli(["restart", "x"])
     assert r.code == 2 and r.err.endswith("is not valid — write a whole number from 1 to 4096\n"), r
