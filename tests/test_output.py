@@ -255,6 +255,9 @@ def test_output_says_why_a_job_has_none(spool):
     r = run_cli(["output", "later"])
     assert r.code == 1 and r.err.startswith("onite: job 'later' has no output yet — it has not started"), r
     assert "onite output later -f waits for it" in r.err, r
+    submit("parked", b"true\n", "--hold")  # -f would wait for ever: the way out is release
+    r = run_cli(["output", "parked"])
+    assert r.code == 1 and r.err == "onite: job 'parked' has no output yet — it is held; onite release parked lets it run\n", r
     r = run_cli(["output", "nosuch"])
     assert r.code == 1 and r.err.startswith("onite: no job 'nosuch' is queued, running or finished"), r
 

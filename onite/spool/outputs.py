@@ -18,7 +18,7 @@ from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, is_live, key_uid
+from onite.spool.scan import find_queued, held_by, is_live, key_uid, read_markers
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
@@ -178,8 +178,13 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
             owner = key_uid(name)
             if not empty and owner is not None and not owner_or_root(caller_uid, owner):
                 return _not_yours(name, owner)  # as ``output -f`` says: it would never be theirs to read
-            return None if empty else NotFound(f"job {_said(name)!r} has no output yet",
-                                               f"it has not started; onite output {_said(name)} -f waits for it")
+            if empty:
+                return None
+            if owner is not None and held_by(read_markers(spool.hold_dir), name, owner):
+                return NotFound(f"job {_said(name)!r} has no output yet",
+                                f"it is held; onite release {_said(name)} lets it run")
+            return NotFound(f"job {_said(name)!r} has no output yet",
+                            f"it has not started; onite output {_said(name)} -f waits for it")
         result = read_result(spool, name)
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
