@@ -80,6 +80,10 @@ class ReportData(Record):
     next_drain: datetime | None = None
     reader: int = 0  # the uid the report is read as
 
+    def may_read(self, uid: int) -> bool:
+        """May the reader read what ``uid`` owns (a job's output, its queued file)? Their own; root, everyone's."""
+        return owner_or_root(self.reader, uid)
+
     def never_ran(self, job: JobView) -> bool:
         return run_key(job) in self.unrun
 
@@ -266,7 +270,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         return data
     failures = data.failures
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
-    data = data._replace(tails={run_key(job): read_tail(spool, job, reader, lines) for job in failures[:SHOWN_FAILURES]
+    data = data._replace(tails={run_key(job): read_tail(spool, data, job, lines) for job in failures[:SHOWN_FAILURES]
                                 if not data.from_log(job)})
     if data.current:
         recorded = {r.name for r in results}
@@ -425,15 +429,15 @@ class Tail(Record):
     kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
-def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
+def read_tail(spool: SpoolDir, data: ReportData, job: JobView, lines: int) -> Tail:
     """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its output."""
-    if not owner_or_root(reader, job.uid):
+    if not data.may_read(job.uid):
         return Tail(private=True)
     path = spool.stderr_path(job.name) if job.stderr == "separate" else spool.output_path(job.name)
-    data = run_tail(path, job.uid, job.started, job.finished, max_bytes=TAIL_BYTES, lines=lines)
-    if data is None:
+    raw = run_tail(path, job.uid, job.started, job.finished, max_bytes=TAIL_BYTES, lines=lines)
+    if raw is None:
         return Tail(kept=False)  # removed, or another run's file (a later job of that name, or one before)
-    text = data.decode("utf-8", "replace").splitlines()
+    text = raw.decode("utf-8", "replace").splitlines()
     # a retry's output follows the earlier attempts', after its marker line (onite.exec.runner.run_outputs)
     marker = f"[onite] attempt {job.attempt} of {job.name.partition(':')[2]}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
@@ -463,7 +467,7 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader)}
     last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
     for rank, ctime_ns, name, uid, held in head:
-        mine = owner_or_root(data.reader, uid)
+        mine = data.may_read(uid)
         row = why.get(name)
         if row is None:  # it could start now, or it is another user's and not held: its file is private
             kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)

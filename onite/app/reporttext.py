@@ -153,12 +153,10 @@ def tried_note(data: ReportData, job: JobView) -> str:
 
 
 def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]]:
-    """The failures told in full (the reader's own; root: all), and the names of the others' by user."""
-    if data.reader == 0:
-        return data.failures, {}
+    """The failures told in full (those the reader may read), and the names of the others' by user."""
     told, others = [], {}
     for job in data.failures:
-        if job.uid == data.reader:
+        if data.may_read(job.uid):
             told.append(job)
         else:
             others.setdefault(job.user, []).append(split_key(job.name)[1])
@@ -294,7 +292,7 @@ def to_json(data: ReportData) -> str:
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None,
                          # another user's restart would be refused: theirs to act on, as the terminal tells it
-                         "next": (next_step(data, view) or None) if data.reader in (0, view.uid) else None})
+                         "next": (next_step(data, view) or None) if data.may_read(view.uid) else None})
     return json.dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,
