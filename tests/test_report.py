@@ -338,6 +338,27 @@ def test_json_next_step_is_only_for_failures_the_reader_may_restart(real_night):
     assert roots["nobody:nb-fail"]["next"] == "onite restart nobody:nb-fail" and roots["head"]["next"]
 
 
+def _fail_as_root_and_nobody(spool, root_failures: int) -> None:
+    """Drain ``root_failures`` failing jobs of root's and one of nobody's, ``mine``, that prints five lines."""
+    for i in range(root_failures):
+        assert run_cli(["submit", f"broke-{i}"], stdin=b"exit 1\n", cwd="/tmp").code == 0
+    body = b"for i in 1 2 3 4 5; do echo line $i; done; exit 2\n"
+    assert run_cli(["submit", "mine"], stdin=body, user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+
+
+@needs_root
+def test_a_users_report_spends_no_lines_of_output_on_other_users_failures(spool):
+    """The lines of output are shared among the failures the reader may read (nobody: one of the night's four,
+    five lines), not among every failure of the night (root: four, two lines each)."""
+    _fail_as_root_and_nobody(spool, 3)
+    text = run_cli(["report"], user="nobody", cwd="/tmp", env=wide_env()).out
+    assert section(text, "mine (nobody")[1:7] == [f"    │ line {i}" for i in range(1, 6)] + ["    onite output mine"], text
+    # root reads all four: two lines each
+    text = run_cli(["report"], env=wide_env()).out
+    assert section(text, "nobody:mine (nobody")[1:3] == ["    │ line 4", "    │ line 5"], text
+
+
 def test_user_filter(real_night):
     doc = report_json(real_night, "--user", "nobody")
     assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nobody:nb-fail", "nobody:nb-ok"]

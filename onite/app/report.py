@@ -269,7 +269,9 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     if not records:
         return data
     failures = data.failures
-    lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
+    # the lines are shared among the failures told in full: others' are only named, and take none
+    readable = sum(data.may_read(job.uid) for job in failures)
+    lines = TAIL_LINES if readable <= 3 else 2 if readable <= 8 else 0
     data = data._replace(tails={run_key(job): read_tail(spool, data, job, lines) for job in failures[:SHOWN_FAILURES]
                                 if not data.from_log(job)})
     if data.current:
