@@ -359,6 +359,20 @@ def test_a_users_report_spends_no_lines_of_output_on_other_users_failures(spool)
     assert section(text, "nobody:mine (nobody")[1:3] == ["    │ line 4", "    │ line 5"], text
 
 
+@needs_root
+def test_the_line_of_other_users_failures_says_how_many_it_does_not_name(spool, world_tmp):
+    """Other users' failures are named on one line, the first ten of them, then how many more there are."""
+    _fail_as_root_and_nobody(spool, 13)
+    said = "other users' failures (theirs to read): root: " + ", ".join(f"broke-{i}" for i in range(10)) + " … and 3 more"
+    lines = run_cli(["report"], user="nobody", cwd="/tmp", env=wide_env()).out.splitlines()
+    assert said in lines, lines
+    folder = world_tmp / "nobody"
+    folder.mkdir()
+    os.chown(folder, pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid)
+    assert run_cli(["report", "--html", str(folder / "r.html")], user="nobody", cwd="/tmp").code == 0
+    assert f"<p>{html.escape(said)}</p>" in (folder / "r.html").read_text()
+
+
 def test_user_filter(real_night):
     doc = report_json(real_night, "--user", "nobody")
     assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nobody:nb-fail", "nobody:nb-ok"]

@@ -40,6 +40,7 @@ from onite.core.schedule import next_drain
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
+SHOWN_OTHERS = 10  # other users' failures named in the report's one line of them; the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
 TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
 RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain

@@ -11,7 +11,7 @@ from onite.app.common import label
 from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.names import split_key
 from onite.core.jobview import JobView
-from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
+from onite.app.report import SHOWN_FAILURES, SHOWN_OTHERS, ReportData, is_timeout, run_key
 from onite.core.safetext import phrase, printable
 from onite.core.resources import format_mem
 from onite.core.state import OUT_OF_MEMORY, OUTPUT_STOPPED, signal_name
@@ -164,10 +164,15 @@ def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]
 
 
 def others_failures_text(others: dict[str, list[str]]) -> str:
-    """``other users' failures (theirs to read): bob: etl, slow; carol: x``."""
-    shown = "; ".join(f"{printable(user)}: {', '.join(map(printable, names[:5]))}" + (" …" if len(names) > 5 else "")
-                      for user, names in others.items())
-    return f"other users' failures (theirs to read): {shown}"
+    """``other users' failures (theirs to read): bob: etl, slow; carol: x … and 3 more``: the first SHOWN_OTHERS
+    names, and how many more there are."""
+    named = [(user, name) for user, names in others.items() for name in names]
+    shown: dict[str, list[str]] = {}
+    for user, name in named[:SHOWN_OTHERS]:
+        shown.setdefault(user, []).append(name)
+    said = "; ".join(f"{printable(user)}: {', '.join(map(printable, names))}" for user, names in shown.items())
+    more = len(named) - SHOWN_OTHERS
+    return f"other users' failures (theirs to read): {said}" + (f" … and {more} more" if more > 0 else "")
 
 
 def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
