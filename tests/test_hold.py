@@ -197,6 +197,23 @@ def test_a_release_of_a_job_no_hold_holds_says_it_was_not_held(spool, cli):
     assert listed(user="nobody") == [("free", "queued"), ("kept", "queued")]
 
 
+@needs_root
+def test_a_hold_of_a_held_job_says_it_was_already_held(spool, cli):
+    """``onite hold x`` of a job already held said ``x: held``, as if it had held it just then. It says it was
+    already held, as a release of a free job says it was not held (exit 0: nothing was left to do), for its owner
+    and for root; one release still lets it run."""
+    submit("kept", user="nobody")
+    submit("free", user="nobody")
+    assert run_cli(["hold", "kept"], user="nobody", cwd="/tmp").out == "kept: held\n"
+    r = run_cli(["hold", "kept", "free"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out, r.err) == (0, "kept: already held\nfree: held\n", ""), r
+    r = cli(["hold", "nobody:kept"])
+    assert (r.code, r.out, r.err) == (0, "nobody:kept: already held\n", ""), r
+    r = run_cli(["release", "kept"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "kept: released\n"), r
+    assert listed(user="nobody") == [("kept", "queued"), ("free", "held")]
+
+
 def test_each_name_is_held_released_or_cancelled_though_one_before_it_fails(spool, cli):
     """`hold a nosuch b` stopped at nosuch, and b was never held (likewise release and cancel). As kill(1) and rm(1)
     go, each name is done in turn: the one that fails is said in one line, the exit code is its, the rest are done."""

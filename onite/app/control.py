@@ -171,8 +171,8 @@ def file_cancelled(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 
 
 def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
-    """Hold (or release) a queued job, keeping its place; False: a release of a job no marker held. Refused:
-    another's job, one that started as it was held, or a hold of root's left on it."""
+    """Hold (or release) a queued job, keeping its place; False: nothing to do (a hold of a held job, a release of
+    one no marker held). Refused: another's job, one that started as it was held, or a hold of root's left on it."""
     name = key_for(text)
     entries = find_queued(spool, name)
     if not entries:
@@ -185,18 +185,19 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
         raise Refused(f"job {text!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")
     owner = mine[0].uid
-    if held and not all(e.held for e in mine):
+    if held:
+        if all(e.held for e in mine):
+            return False  # a second marker would hold it no more
         # root holding a user's job: the marker is the user's, to release
         marker = add_hold(spool, name, None if caller_uid == owner else (owner, _gid_of(mine[0])))
         if not find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
             remove_file(marker)
             raise Refused(f"job {text!r} started running as you held it", f"use onite cancel {text} to stop it")
-    elif not held:
-        removed = remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
-        if any(e.held for e in find_queued(spool, name)):
-            raise Refused(f"job {text!r} is still held by a hold of root's", "ask root to release it")
-        return bool(removed) or any(e.held for e in mine)
-    return True
+        return True
+    removed = remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+    if any(e.held for e in find_queued(spool, name)):
+        raise Refused(f"job {text!r} is still held by a hold of root's", "ask root to release it")
+    return bool(removed) or any(e.held for e in mine)
 
 
 def _gid_of(entry: Entry) -> int:

@@ -331,6 +331,9 @@ def _set_hold(names: list[str], spool: str | None, *, held: bool) -> int | None:
 
     def set_one(name: str) -> None:
         changed = set_hold(target, name, os.geteuid(), held)
-        print(f"{name}: {'held' if held else 'released' if changed else 'not held: nothing to release'}")
+        if held:
+            print(f"{name}: {'held' if changed else 'already held'}")
+        else:
+            print(f"{name}: {'released' if changed else 'not held: nothing to release'}")
 
     return _each(names, set_one)
