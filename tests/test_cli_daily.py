@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, drain, run_cli, set_config
+from conftest import ROOT, drain, needs_root, run_cli, set_config
 
 
 def onite(spool: Path, *args: str, stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess:
@@ -110,6 +110,38 @@ def test_a_bad_key_in_onite_toml_stops_the_driver_not_a_user_reading_or_withdraw
         assert done.returncode == 2 and done.stderr.decode() == (
             f"onite: {spool}/onite.toml: unknown key 'slot' — did you mean 'slots'?\n"), (args, done)
     assert not (spool / "jobsdone" / "waiting@result").exists()
+
+
+@needs_root
+def test_a_bare_name_of_another_users_job_says_whose_it_is(spool):
+    """``onite cancel x`` by root, where only nobody had an x, said ``no job 'x' is queued or running``, as if no x
+    were spooled; likewise hold, release, edit, restart, output, wait and --after. Each says whose x there is: to a
+    user, that it is not theirs; to one who may act on it (root; anyone for wait and --after; cancel with
+    own_only = false), the keys it may have meant."""
+    for name, user in (("x", "nobody"), ("x", "daemon"), ("s", "daemon"), ("r", None), ("s", None)):
+        assert run_cli(["submit", name], stdin=b"true\n", user=user, cwd="/tmp").code == 0
+    for args in (["cancel", "r"], ["hold", "r"], ["release", "r"], ["edit", "r", "--timeout", "1h"],
+                 ["restart", "r"], ["output", "r"], ["output", "-f", "r"]):
+        r = run_cli(args, user="nobody", cwd="/tmp")
+        assert (r.code, r.err) == (1, "onite: no job 'r' of yours — root:r is root's job, not yours\n"), (args, r)
+    r = run_cli(["wait", "r"], user="nobody", cwd="/tmp")  # anyone may wait for root:r
+    assert (r.code, r.err) == (1, "onite: no job 'r' of yours — did you mean root:r?\n"), r
+    r = run_cli(["submit", "late", "--after", "r"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (2, "onite: no job 'r' of yours — did you mean root:r?\n"), r
+    r = run_cli(["cancel", "s"], user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (1, "onite: no job 's' of yours — daemon:s and root:s are other users' jobs, "
+                                  "not yours\n"), r
+    for args in (["cancel", "x"], ["hold", "x"], ["output", "x"], ["restart", "x"]):
+        done = onite(spool, *args)
+        assert (done.returncode, done.stderr.decode()) == (
+            1, "onite: no job 'x' of yours — did you mean daemon:x or nobody:x?\n"), (args, done)
+    done = onite(spool, "wait", "y")  # no one's: said as before
+    assert (done.returncode, done.stderr.decode()) == (
+        1, "onite: no job 'y' is queued, running or finished — see onite list --all\n"), done
+    assert run_cli(["hold", "x"], user="nobody", cwd="/tmp").out == "x: held\n"  # their own x: no hint
+    set_config(spool, own_only=False)
+    r = run_cli(["cancel", "r"], user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (1, "onite: no job 'r' of yours — did you mean root:r?\n"), r
 
 
 def test_a_driver_a_shell_started_shows_as_started_by_hand(spool):

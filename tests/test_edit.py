@@ -111,7 +111,7 @@ def test_only_its_owner_or_root_edits_a_job(spool, cli):
     r = run_cli(["edit", "root:mine", "--timeout", "1h"], user="nobody", cwd="/tmp")
     assert (r.code, r.err) == (3, "onite: job 'root:mine' belongs to root — only its owner or root may edit it\n"), r
     r = run_cli(["edit", "mine", "--timeout", "1h"], user="nobody", cwd="/tmp")  # NAME is the caller's own job
-    assert (r.code, r.err) == (1, "onite: no queued job 'mine' — see onite list\n"), r
+    assert (r.code, r.err) == (1, "onite: no job 'mine' of yours — root:mine is root's job, not yours\n"), r
     assert cli(["edit", "nobody:theirs", "--mem", "20M"]).code == 0  # root's edit of nobody's job is nobody's
     [marker] = list((spool / "edit").iterdir())
     assert marker.stat().st_uid == os.stat(next((spool / "jobs").rglob("nobody:theirs"))).st_uid

@@ -152,7 +152,7 @@ def test_a_dependency_on_another_users_job_names_its_user(spool, workdir):
     gate = workdir / "gate"
     submit("build", f"while [ ! -e {gate} ]; do sleep 0.05; done\n", "-p", "5", user="daemon", cwd="/tmp")
     r = run_cli(["submit", "report", "-p", "1", "--after", "build"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 2 and "no job 'build' is queued, running or finished" in r.err, r  # nobody:build
+    assert (r.code, r.err) == (2, "onite: no job 'build' of yours — did you mean daemon:build?\n"), r  # nobody:build
     submit("report", f"echo ran > {workdir}/report\n", "-p", "1", "--after", "daemon:build", user="nobody", cwd="/tmp")
     for bad, said in (("no-such-user:build", "no job 'build' of no-such-user's is queued, running or finished"),
                       ("root:build", "no job 'build' of root's is queued, running or finished"),

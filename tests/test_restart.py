@@ -101,7 +101,9 @@ def test_only_the_owner_or_root_may_restart(spool, cli):
     assert (r.code, r.err) == (3, "onite: job 'root:roots' belongs to root — only its owner or root may restart it\n")
     assert not list((spool / "jobs").rglob("*roots"))
     r = cli(["restart", "roots"], user="nobody")  # NAME is the caller's own: nobody has none of that name
-    assert (r.code, r.err) == (1, "onite: no finished job 'roots' is kept — see onite list --all; each user's last "
+    assert (r.code, r.err) == (1, "onite: no job 'roots' of yours — root:roots is root's job, not yours\n"), r
+    r = cli(["restart", "nosuch"], user="nobody")
+    assert (r.code, r.err) == (1, "onite: no finished job 'nosuch' is kept — see onite list --all; each user's last "
                                   "`keep` finished jobs are kept\n"), r
     assert cli(["submit", "queued"], stdin=b"true\n").code == 0  # ("restart it once it has finished")
     r = cli(["restart", "root:queued"], user="nobody")

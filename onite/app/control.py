@@ -19,7 +19,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.recurstate import is_template
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
-from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_markers
+from onite.spool.scan import Entry, find_queued, find_running, job_stats, namesake_hint, read_markers
 from onite.spool.settings import default_host
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
@@ -35,12 +35,15 @@ class CancelReport(Record):
     waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
 
-def _not_a_job_hint(spool: SpoolDir, name: str, text: str) -> str:
-    """What to do about a name that is no queued job: a recurring job's name is no job (its runs are NAME-STAMP)."""
+def _no_job(spool: SpoolDir, name: str, text: str, caller_uid: int, where: str, *, others: bool = False) -> NotFound:
+    """A name that is no job ``where`` ("queued" …): another user's namesake (``others``: the caller may act on it),
+    or a recurring job's name, which is no job (its runs are NAME-STAMP), is said."""
+    if hint := namesake_hint(spool, text, caller_uid, others=others):
+        return NotFound(f"no job {text!r} of yours", hint)
     if is_template(spool, name):  # its user's own, not a file anyone put in recur/ under that key
-        return (f"{text} is a recurring job: onite recur remove {text} stops its fires; its runs are "
-                f"{text}-YYYYMMDDTHHMM (see onite list)")
-    return "see onite list"
+        return NotFound(f"no job {text!r} is {where}", f"{text} is a recurring job: onite recur remove {text} stops "
+                        f"its fires; its runs are {text}-YYYYMMDDTHHMM (see onite list)")
+    return NotFound(f"no job {text!r} is {where}", "see onite list")
 
 
 def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> CancelReport:
@@ -52,7 +55,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
         queued = find_queued(spool, name)
     if not running and not queued:
         refuse_finished(spool, name, text, "cancelled", caller_uid)
-        raise NotFound(f"no job {text!r} is queued or running", _not_a_job_hint(spool, name, text))
+        raise _no_job(spool, name, text, caller_uid, "queued or running", others=not spool.config.own_only)
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
         owner = user_name((running + queued)[0].uid)
@@ -179,7 +182,7 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
         if find_running(spool, name):
             raise Refused(f"job {text!r} is already running", f"use onite cancel {text} to stop it")
         refuse_finished(spool, name, text, "held" if held else "released", caller_uid)
-        raise NotFound(f"no job {text!r} is queued", _not_a_job_hint(spool, name, text))
+        raise _no_job(spool, name, text, caller_uid, "queued")
     mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]
     if not mine:
         raise Refused(f"job {text!r} belongs to {user_name(entries[0].uid)}",

@@ -26,7 +26,7 @@ from onite.spool.filecheck import BadFile, file_problem, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, find_running, is_live, read_markers, withdrawn_entries
+from onite.spool.scan import find_queued, find_running, is_live, namesake_hint, read_markers, withdrawn_entries
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
@@ -151,6 +151,8 @@ def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
         raise Refused(f"job {text!r} is running: a running job cannot be edited",
                       f"cancel it, or change it for its next run: onite restart {text} … once it has finished")
     refuse_finished(spool, name, text, "edited", caller_uid)
+    if hint := namesake_hint(spool, text, caller_uid):
+        raise NotFound(f"no job {text!r} of yours", hint)
     raise NotFound(f"no queued job {text!r}", "see onite list")
 
 
@@ -224,7 +226,11 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     withdrawn = [e for e in withdrawn_entries(spool) if e.name == name and e.uid == caller_uid]
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
+    if is_live(spool, name):
+        raise NotFound(f"no finished job {label(name)!r} is kept", "it is queued or running; restart it once it has "
+                       "finished")
+    if hint := namesake_hint(spool, label(name), caller_uid):
+        raise NotFound(f"no job {label(name)!r} of yours", hint)
     raise NotFound(f"no finished job {label(name)!r} is kept",
-                   "it is queued or running; restart it once it has finished" if is_live(spool, name)
-                   else "see onite list --all; each user's last `keep` finished jobs are kept")
+                   "see onite list --all; each user's last `keep` finished jobs are kept")
 

@@ -21,7 +21,8 @@ from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.outputs import copy_data, open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import find_queued, find_running, key_uid, live_entries, stat_entry, withdrawn_entries
+from onite.spool.scan import (find_queued, find_running, key_uid, live_entries, namesake_hint, stat_entry,
+                              withdrawn_entries)
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound, OniteError, Refused
 from onite.core.job import Job
@@ -169,9 +170,10 @@ class JobsWaited(Record):
                 + (f" ({self.why[n]})" if n in self.why else "") for n in self.names]
 
 
-def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch | Final]:
+def start(spool: SpoolDir, names: list[str], *, others: bool = True) -> dict[str, Watch | Final]:
     """The first look at each name (``NAME`` or ``USER:NAME``): its Watch, or its Final where only the log tells
-    its end. NotFound: a user that does not exist, else every name never queued, running or finished."""
+    its end. ``others``: another user's job is the caller's to name (wait's, not output's). NotFound: a user that
+    does not exist, else every name never queued, running or finished."""
     watches, unknown = {n: Watch(key_for(n)) for n in names}, []
     for name, watch in watches.items():
         if key_uid(watch.name) is None:
@@ -189,6 +191,8 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch | Final]:
             watches[name] = Final(name, told[0].state, None, pruned_reason(*told))
         else:
             unknown.append(name)
+    if len(unknown) == 1 and (hint := namesake_hint(spool, unknown[0], os.geteuid(), others=others)):
+        raise NotFound(f"no job {unknown[0]!r} of yours", hint)
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1
@@ -420,7 +424,7 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
     A new run makes a new file: one replaced while followed is finished, then the new one followed. Only an output
     file of the job's owner is copied; Refused: another's job."""
     shown = label(name)  # as the caller writes it: NAME for their own job
-    watch = start(spool, [shown])[shown]
+    watch = start(spool, [shown], others=False)[shown]
     if isinstance(watch, Final):  # its record pruned: no output is kept, as onite output says
         from onite.app.report import pruned_output
 

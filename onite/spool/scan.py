@@ -259,6 +259,41 @@ def name_taken(spool: SpoolDir, name: str) -> bool:
     return is_live(spool, name) or spool.result_path(name).exists() or spool.output_path(name).exists()
 
 
+def namesake_hint(spool: SpoolDir, name: str, caller_uid: int, *, others: bool = False) -> str | None:
+    """What to tell a caller whose bare ``name`` is no job of theirs but is other users' (queued, running or kept
+    finished): whose it is, or the keys it may have meant to one who may act on them (root; anyone where
+    ``others``: wait, --after); None if no one's."""
+    if ":" in name:
+        return None
+    keys: set[str] = set()
+    suffix = f":{name}"
+    folders = [f for _, f in spool.queue_folders()] + [spool.running_dir(h) for h in spool.hosts()] + [spool.done_dir]
+    for folder in folders:
+        try:
+            # a name's end first: the lstat only for a namesake, never for each of 100,000 queued jobs
+            found = [e for e in listing(folder) if e.name.endswith(suffix) and e.name not in keys]
+        except SpoolIOError:  # a folder this caller may not list: a hint is no reason to fail
+            continue
+        for entry in found:
+            try:
+                uid = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            if is_valid_key(entry.name) and uid == key_uid(entry.name) and uid != caller_uid:  # no forgery
+                keys.add(entry.name)
+    if not keys:
+        return None
+    said = sorted(keys)
+    if len(said) > 4:  # one line, however many users share a common name
+        said[3:] = [f"{len(said) - 3} more"]
+    head, last = ", ".join(said[:-1]), said[-1]
+    if others or caller_uid == 0:
+        return f"did you mean {head + ' or ' if head else ''}{last}?"
+    if not head:
+        return f"{last} is {last.partition(':')[0]}'s job, not yours"
+    return f"{head} and {last} are other users' jobs, not yours"
+
+
 def key_uid(key: str) -> int | None:
     """The uid of the user a key (``USER:NAME``) names, or None: the file at a key is that job only if it owns it."""
     return _uid_of(key.partition(":")[0])
