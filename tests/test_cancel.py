@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, log_lines, needs_root, result, run_cli, start_driver, wait_for
+from conftest import REPO, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 
 def submit(name, *, user=None, body=b"true\n"):
@@ -47,8 +47,8 @@ def test_a_users_pattern_cancels_only_their_own_jobs(spool, cli):
     assert (r.code, r.out) == (0, "last-n: cancelled\n"
                                   "cancelled 1 job(s); skipped 1 of other users' (root): you may cancel only yours\n")
     r = cli(["cancel", "--all"], user="nobody")  # nothing of theirs is left
-    assert (r.code, r.err) == (1, "onite: no queued or running job of yours matches --all (it matches 1 of other "
-                                  "users': root) — see onite list\n")
+    assert (r.code, r.err) == (1, "onite: --all matches none of your jobs — it matches root's build-root; only root "
+                                  "may cancel them\n")
     assert queued(spool) == ["root:build-root"]
 
 
@@ -69,9 +69,10 @@ def test_root_cancels_everyones_after_a_yes_and_never_unasked_off_a_terminal(spo
     submit("job-a", user="nobody")
     submit("job-b")
     r = cli(["cancel", "--all"])  # stdin is a pipe: no one to ask
-    assert (r.code, r.err) == (2, "onite: cancelling by --all as root needs a confirmation — run it on a terminal, "
-                                  "or add --yes\n")
-    assert answered(spool, ["cancel", "*:job-*"], "n\n").endswith("  nobody:job-a  (queued, nobody)\r\n"
+    assert (r.code, r.err) == (2, "onite: cancelling every user's jobs by --all as root needs a confirmation — run it "
+                                  "on a terminal, or add --yes\n")
+    assert answered(spool, ["cancel", "*:job-*"], "n\n").endswith("cancelling every user's jobs by '*:job-*' as root:\r\n"
+                                                                 "  nobody:job-a  (queued, nobody)\r\n"
                                                                  "  job-b  (queued, root)\r\n"
                                                                  "cancel these 2 job(s)? [y/N] nothing cancelled\r\n")
     assert queued(spool) == ["nobody:job-a", "nobody:run-me", "root:job-b"]
@@ -86,6 +87,40 @@ def test_root_cancels_everyones_after_a_yes_and_never_unasked_off_a_terminal(spo
     finally:
         gate.unlink(missing_ok=True)
         driver.wait(60)
+
+
+@needs_root
+def test_a_pattern_that_matches_only_other_users_jobs_says_whose_they_are(spool, cli):
+    """``onite cancel 'd*'`` where only daemon had d-jobs said ``no queued or running job of yours matches 'd*'``,
+    as if none matched. It names whose jobs the pattern matches and who may cancel them, on one line; root is told
+    that its NAME pattern is its own jobs, and what reaches every user's, which its question then says."""
+    for name, user in (("d1", "daemon"), ("d2", "daemon"), ("x1", "daemon"), ("x1", None), ("n1", "nobody")):
+        submit(name, user=user)
+    for pattern in ("d*", "*:d*"):
+        r = cli(["cancel", pattern], user="nobody")
+        assert (r.code, r.out, r.err) == (1, "", f"onite: '{pattern}' matches none of your jobs — it matches daemon's "
+                                                 "d1, d2; only daemon or root may cancel them\n"), r
+    r = cli(["cancel", "x?"], user="nobody")
+    assert r.err == ("onite: 'x?' matches none of your jobs — it matches daemon's x1 and root's x1; only their owners "
+                     "or root may cancel them\n"), r
+    for name in ("d3", "d4"):
+        submit(name, user="daemon")
+    r = cli(["cancel", "d*"], user="nobody")
+    assert r.err == ("onite: 'd*' matches none of your jobs — it matches daemon's 4 jobs (d1, d2, d3, …); only daemon "
+                     "or root may cancel them\n"), r
+    r = cli(["cancel", "n*", "--yes"])  # root's NAME pattern is root's jobs
+    assert (r.code, r.err) == (1, "onite: 'n*' matches none of your jobs — it matches nobody's n1; '*:n*' matches "
+                                  "every user's jobs\n"), r
+    r = cli(["cancel", "*:n*"])  # stdin is a pipe: no one to ask
+    assert (r.code, r.err) == (2, "onite: cancelling every user's jobs by '*:n*' as root needs a confirmation — run "
+                                  "it on a terminal, or add --yes\n"), r
+    r = cli(["cancel", "x*"])
+    assert r.err.startswith("onite: cancelling root's jobs by 'x*' as root needs a confirmation"), r
+    set_config(spool, own_only=False)  # nobody may cancel daemon's jobs by name, never by a pattern
+    r = cli(["cancel", "d*"], user="nobody")
+    assert r.err == ("onite: 'd*' matches none of your jobs — it matches daemon's 4 jobs (d1, d2, d3, …); a pattern "
+                     "reaches only your jobs: cancel theirs by name (onite cancel daemon:d1)\n"), r
+    assert len(queued(spool)) == 7
 
 
 def answered(spool, argv, answer: str) -> str:

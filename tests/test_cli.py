@@ -1006,8 +1006,8 @@ def test_a_relative_home_does_not_put_a_spool_under_the_current_directory(world_
 
 @pytest.mark.parametrize("args, message", [
     (["cancel"], "onite: no job name given — name the job(s): onite cancel NAME…\n"),
-    (["cancel", "--all"], "onite: cancelling by --all as root needs a confirmation — run it on a terminal, or add "
-                          "--yes\n"),
+    (["cancel", "--all"], "onite: cancelling every user's jobs by --all as root needs a confirmation — run it on a "
+                          "terminal, or add --yes\n"),
 ])
 def test_cancel_with_stdin_closed_is_one_line_not_a_traceback(spool, cli, args, message):
     """`onite cancel <&-`: stdin closed is no terminal to ask on (Python gives it as None)."""

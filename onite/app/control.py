@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from fnmatch import fnmatchcase
 
+from onite.core.names import split_key
 from onite.core.record import Record
 from onite.spool.cancels import Filed, file_withdrawn, request_cancel, tell_filed, withdraw
 from onite.spool.files import remove_file
@@ -112,21 +113,58 @@ class Selection(Record):
 
     chosen: list  # JobViews, running then queued, each name once
     skipped: list  # other users' matching jobs
+    namesakes: list  # other users' jobs whose NAME a pattern without a ``:`` matches: said if none is chosen
 
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
     """The jobs matching ``patterns`` (on the key: ``b*`` is the caller's, ``*:b*`` anyone's), or ``every`` job:
-    the caller's (root: anyone's) chosen, others' skipped, running then queued."""
+    the caller's (root: anyone's) chosen, others' skipped, running then queued; and others' jobs whose NAME a
+    pattern without a ``:`` matches."""
     from onite.app.listing import queued_views, running_views
 
-    patterns = [p if ":" in p else f"{me()}:{p}" for p in patterns]
-    chosen, skipped, seen = [], [], set()
+    bare = [p for p in patterns if ":" not in p]
+    keyed = [p if ":" in p else f"{me()}:{p}" for p in patterns]
+    chosen, skipped, namesakes, seen = [], [], [], set()
     for view in running_views(spool) + queued_views(spool):
-        if view.name in seen or not (every or any(fnmatchcase(view.name, p) for p in patterns)):
+        if view.name in seen:
             continue
+        if every or any(fnmatchcase(view.name, p) for p in keyed):
+            (chosen if owner_or_root(caller_uid, view.uid) else skipped).append(view)
+        elif any(fnmatchcase(split_key(view.name)[1], p) for p in bare):
+            namesakes.append(view)
         seen.add(view.name)
-        (chosen if owner_or_root(caller_uid, view.uid) else skipped).append(view)
-    return Selection(chosen, skipped)
+    return Selection(chosen, skipped, namesakes)
+
+
+def reach(patterns: list[str], *, every: bool = False) -> str:
+    """Whose jobs root's ``patterns`` (``every``: --all) cancel: "every user's jobs", "bob's jobs" …"""
+    users = sorted({p.partition(":")[0] if ":" in p else me() for p in patterns})
+    if every or "*" in users:
+        return "every user's jobs"
+    return " and ".join(f"the jobs of every user matching {u!r}" if is_pattern(u) else f"{u}'s jobs" for u in users)
+
+
+def none_chosen(picked: Selection, patterns: list[str], what: str, caller_uid: int, own_only: bool) -> NotFound:
+    """NotFound for a pattern (``what``: as typed, or --all) that chose none of the caller's jobs: whose it matches,
+    and how those may be cancelled."""
+    others = picked.skipped + picked.namesakes
+    if not others:
+        return NotFound(f"no queued or running job of yours matches {what}", "see onite list")
+    names: dict[str, list[str]] = {}
+    for view in others:
+        names.setdefault(view.user, []).append(split_key(view.name)[1])
+    said = [f"{user}'s {', '.join(ns)}" if len(ns) <= 3 else f"{user}'s {len(ns)} jobs ({', '.join(ns[:3])}, …)"
+            for user, ns in sorted(names.items())]
+    whose = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} and {said[-1]}"
+    bare = [p for p in patterns if ":" not in p]
+    if caller_uid == 0:  # root's NAME pattern is root's jobs: USER:NAME, or *:NAME, reaches others'
+        how = f"'*:{bare[0]}' matches every user's jobs"
+    elif not own_only:
+        how = f"a pattern reaches only your jobs: cancel theirs by name (onite cancel {others[0].name})"
+    else:
+        owners = next(iter(names)) if len(names) == 1 else "their owners"
+        how = "only root may cancel them" if owners == "root" else f"only {owners} or root may cancel them"
+    return NotFound(f"{what} matches none of your jobs", f"it matches {whose}; {how}")
 
 
 def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[str]:

@@ -212,7 +212,7 @@ def cancel(
     spool: SpoolOpt = None,
 ) -> int | None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.app.control import doomed_by, is_pattern, select_jobs
+    from onite.app.control import doomed_by, is_pattern, none_chosen, reach, select_jobs
 
     target, names = open_spool(spool, reading=True), names or []
     patterns = [n for n in names if is_pattern(n)]
@@ -225,15 +225,15 @@ def cancel(
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
     picked = select_jobs(target, patterns, os.geteuid(), every=all_)
     what = "--all" if all_ else " ".join(map(repr, patterns))
-    others = ", ".join(sorted({view.user for view in picked.skipped}))
     if not picked.chosen:
-        also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
-        raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
+        raise none_chosen(picked, patterns, what, os.geteuid(), target.config.own_only)
+    others = ", ".join(sorted({view.user for view in picked.skipped}))
     # the queued jobs that will fail, for they wait for one of these: root is shown them before answering
     doomed = [printable(line) for line in doomed_by(target, picked.chosen, os.geteuid())]
+    asking = f"cancelling {reach(patterns, every=all_)} by {what} as root"  # '*:x' reaches past root's own x: say so
+    listed = [printable(f"  {label(view.name)}  ({view.state}, {view.user})") for view in picked.chosen]
     if os.geteuid() == 0 and not yes and not confirm(
-            f"cancelling by {what} as root", "--yes", [printable(f"  {label(view.name)}  ({view.state}, {view.user})")
-                                                       for view in picked.chosen] + [f"  {line}" for line in doomed],
+            asking, "--yes", [printable(f"{asking}:"), *listed, *(f"  {line}" for line in doomed)],
             f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
         print("nothing cancelled")
         return
