@@ -29,6 +29,11 @@ class Pam:
         return f"no session ({self.why}): job limits are the driver's"
 
 
+def missing_service(service: str, dirs: tuple[str, ...] = SERVICE_DIRS) -> bool:
+    """Is ``service``'s file in none of ``dirs``?"""
+    return not any(os.path.isfile(f"{folder}/{service}") for folder in dirs)
+
+
 def discover(mode: str, service: str, root: bool) -> Pam:
     """The PAM this driver can give its jobs (``mode``: onite.toml's ``pam``)."""
     required = mode == "required"
@@ -36,7 +41,7 @@ def discover(mode: str, service: str, root: bool) -> Pam:
         return Pam(why="pam = off in onite.toml")
     if not root:
         return Pam(why="the driver is not root: jobs run as it", required=required)
-    if not any(os.path.isfile(f"{folder}/{service}") for folder in SERVICE_DIRS):
+    if missing_service(service):
         return Pam(why=f"no service {service} in /etc/pam.d", required=required)
     try:
         import pamela
