@@ -8,12 +8,13 @@ no other test's jobs open it.
 
 import os
 import pwd
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TEST_PAM_DIR, drain, log_lines, needs_root, result, run_cli, set_config
+from conftest import REPO, ROOT, TEST_PAM_DIR, drain, log_lines, needs_root, result, run_cli, set_config
 
 NPROC, NOFILE = 77, 99
 
@@ -189,14 +190,37 @@ def test_init_installs_the_pam_service_once_and_keeps_an_admins(tmp_path):
 
 
 @needs_root
-def test_onite_init_of_the_system_spool_installs_it_and_of_another_does_not(world_tmp, monkeypatch):
+def test_onite_init_of_the_system_spool_installs_it_and_of_another_says_how(world_tmp, monkeypatch):
+    from onite.spool.skeleton import pam_install_command
+
     config = world_tmp / "onite.toml"
     config.write_text(f'spool = "{world_tmp}/system"\n')
     monkeypatch.setenv("ONITE_SYSTEM_CONFIG", str(config))
     monkeypatch.delenv("ONITE_SPOOL", raising=False)
     (TEST_PAM_DIR / "onite").unlink(missing_ok=True)
-    r = run_cli(["--spool", str(world_tmp / "other"), "init"])
-    assert r.code == 0 and "PAM" not in r.out and not (TEST_PAM_DIR / "onite").exists(), r
+    other, service = world_tmp / "other", f"onite-absent-{os.getpid()}"  # whatever this machine's /etc/pam.d holds
+    r = run_cli(["--spool", str(other), "init"])
+    assert r.code == 0 and not (TEST_PAM_DIR / "onite").exists(), r
+    set_config(other, pam_service=service)
+    # of another spool of root's, it says what is missing and the command that installs it, and changes nothing
+    r = run_cli(["--spool", str(other), "init"])
+    said, command = r.out.splitlines()[-1].split("; to install it: ")
+    assert said == (f"PAM: not installed (no service {service} in {TEST_PAM_DIR}): jobs get no PAM session "
+                    "(docs/admin-guide.md)"), r
+    assert command == pam_install_command(service) and command.startswith("install -m 644 "), command
+    set_config(other, pam="off")
+    assert "PAM" not in run_cli(["--spool", str(other), "init"]).out  # jobs would open no session
+    (world_tmp / "users").mkdir(mode=0o777)
+    os.chmod(world_tmp / "users", 0o1777)
+    personal = run_cli(["--spool", str(world_tmp / "users" / "mine"), "init"], user="nobody", cwd="/tmp")
+    assert personal.code == 0 and "PAM" not in personal.out, personal  # a user's driver opens none
+    subprocess.run(shlex.split(command), check=True)  # the command as said, run as root
+    assert (TEST_PAM_DIR / service).read_bytes() == (REPO / "onite" / "skel" / "pam.d-onite").read_bytes()
+    assert oct((TEST_PAM_DIR / service).stat().st_mode & 0o777) == "0o644"
+    set_config(other, pam="auto")
+    r = run_cli(["--spool", str(other), "init"])
+    assert r.code == 0 and "PAM" not in r.out, r
+    (TEST_PAM_DIR / service).unlink()
     r = run_cli(["init"])
     assert r.code == 0 and f"PAM: installed {TEST_PAM_DIR}/onite" in r.out, r
     r = run_cli(["init"])

@@ -1,4 +1,5 @@
-"""What every command does first: open the spool it works on; read the job text on stdin."""
+"""What every command does first: open the spool it works on; read the job text on stdin. What init and status
+offer where the PAM service is missing."""
 
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
                              "to set up the system spool: sudo onite init") from None
     target.check()
     return target
+
+
+def pam_fix(spool: SpoolDir) -> str | None:
+    """The command that installs the PAM service ``spool``'s jobs would open, where it is missing on this machine
+    (None: none is, PAM is off, the spool is a user's, or this machine has no PAM)."""
+    from onite.exec.pam import SERVICE_DIRS, missing_service
+    from onite.spool.skeleton import pam_dir, pam_install_command
+
+    config, folder = spool.config, pam_dir()
+    try:
+        roots = os.stat(spool.root).st_uid == 0  # only root's driver opens sessions: a user's spool needs none
+    except OSError:
+        return None
+    # where init installs it counts too (a test's ONITE_PAM_DIR); no folder there: no PAM on this machine
+    if not roots or config.pam == "off" or not folder.is_dir() \
+            or not missing_service(config.pam_service, (*SERVICE_DIRS, str(folder))):
+        return None
+    return pam_install_command(config.pam_service)
 
 
 def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid: int) -> None:

@@ -2,10 +2,9 @@
 release."""
 
 import os
-from pathlib import Path
 from typing import Annotated, Optional
 
-from onite.app.common import key_for, label
+from onite.app.common import key_for, label, pam_fix
 from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, KeptCpusOpt, KeptMemOpt,
                                KeptPriorityOpt, LiveNamesArg, MemOpt, NotifyOnOpt, NotifyOpt, Opt, PlainOpt,
                                PriorityOpt, QuietOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, ask,
@@ -26,7 +25,7 @@ def init(
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
     from onite.spool.locate import Source, check_may_init
     from onite.spool.paths import SpoolDir
-    from onite.spool.skeleton import PAM_DIR, init_spool, install_pam_service
+    from onite.spool.skeleton import init_spool, install_pam_service, pam_dir
 
     where, root = locate_spool(spool), os.geteuid() == 0
     check_may_init(where, os.geteuid())
@@ -37,7 +36,10 @@ def init(
     if report.config_kept:
         print(f"{printable(str(made.config_path))}: kept as you changed it")
     if root and where.source == Source.SYSTEM and made.config.pam != "off":
-        print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), made.config.pam_service))
+        print(install_pam_service(pam_dir(), made.config.pam_service))
+    elif fix := pam_fix(made):  # another spool of root's: /etc is not changed for it unasked
+        print(printable(f"PAM: not installed (no service {made.config.pam_service} in {pam_dir()}): jobs get no "
+                        f"PAM session (docs/admin-guide.md); to install it: {fix}"))
 
 
 @command(after_dashes=True)

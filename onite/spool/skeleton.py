@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +26,19 @@ def skeleton_config() -> str:
 
 
 PAM_DIR = "/etc/pam.d"  # where ``onite init`` installs the PAM service (ONITE_PAM_DIR: elsewhere)
+
+
+def pam_dir() -> Path:
+    """Where ``onite init`` installs the PAM service: ONITE_PAM_DIR (a package's staging root, a test's), else
+    PAM_DIR."""
+    return Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR)
+
+
+def pam_install_command(service: str) -> str:
+    """The command, for root, that installs the PAM service of jobs' sessions as ``onite init`` of the system
+    spool does."""
+    source = resources.files("onite").joinpath("skel", "pam.d-onite")
+    return f"install -m 644 {shlex.quote(str(source))} {shlex.quote(str(pam_dir() / service))}"
 
 
 def install_pam_service(pam_dir: Path, service: str) -> str:
