@@ -401,3 +401,32 @@ def test_a_driver_killed_but_not_yet_reaped_is_not_running(spool, workdir):
         driver.wait()
     drain(spool)
     assert result(spool, "base")["state"] == "done"
+
+
+@needs_root
+def test_status_names_the_command_that_installs_a_missing_pam_service(spool, monkeypatch):
+    """The last drain's jobs got no PAM session, the service being missing: status gives the command that
+    installs it, the one onite init gives, until it is installed."""
+    import shlex
+    import subprocess
+
+    from conftest import TEST_PAM_DIR
+    from onite.spool.skeleton import pam_install_command
+
+    service = f"onite-absent-{os.getpid()}"  # whatever this machine's /etc/pam.d holds
+    set_config(spool, pam="auto", pam_service=service)
+    submit("plain", "true\n")
+    assert drain(spool).returncode == 0
+    contained = run_cli(["status", "--json"]).json()["containment"]
+    assert contained["pam"] == f"no session (no service {service} in /etc/pam.d): job limits are the driver's"
+    command = contained["pam_fix"]
+    assert command == pam_install_command(service) and command.endswith(f" {TEST_PAM_DIR}/{service}"), command
+    lines = run_cli(["status", "--plain"]).out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("pam       last drain: no session"))
+    assert lines[at + 1] == f"          not installed here; as root: {command}", lines
+    subprocess.run(shlex.split(command), check=True)
+    try:
+        assert run_cli(["status", "--json"]).json()["containment"]["pam_fix"] is None
+        assert "not installed here" not in run_cli(["status", "--plain"]).out
+    finally:
+        (TEST_PAM_DIR / service).unlink()

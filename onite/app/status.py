@@ -9,7 +9,7 @@ import json
 import os
 from datetime import datetime
 
-from onite.app.common import label
+from onite.app.common import label, pam_fix
 from onite.app.listing import running_views
 from onite.app.recur import TemplateView, upcoming
 from onite.app.report import build, night_of
@@ -128,7 +128,8 @@ def containment_said(spool: SpoolDir) -> dict | None:
         if event is not None and event["event"] == "driver-start" and event["fields"].get("contain"):
             fields = event["fields"]
             return {"host": event["host"], "kind": fields["contain"], "since": event["time"],
-                    "limits": fields.get("limits"), "capacity": fields.get("capacity"), "pam": fields.get("pam")}
+                    "limits": fields.get("limits"), "capacity": fields.get("capacity"), "pam": fields.get("pam"),
+                    "pam_fix": pam_fix(spool) if fields.get("pam") else None}  # as it is now, not as it was
     return None
 
 

@@ -334,6 +334,8 @@ def print_status(console, info, *, plain: bool = False) -> None:
                 f"; capacity {esc(capacity)}" if capacity else "")
         if pam:
             say("pam       last drain: ", (esc(pam), "yellow" if pam.startswith("no session") else "green"))
+        if info.containment.get("pam_fix"):
+            say(" " * STATUS_LABEL, (f"not installed here; as root: {esc(info.containment['pam_fix'])}", "cyan"))
     for warning in info.warnings:
         say(("warning", "red"), f"   {esc(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
