@@ -403,6 +403,36 @@ def test_a_driver_killed_but_not_yet_reaped_is_not_running(spool, workdir):
     assert result(spool, "base")["state"] == "done"
 
 
+def test_status_says_whether_spooling_is_open_and_when_it_opens_again(spool):
+    """Spooling closes at the cutoff until ``until``: status says which it is now, by submit's own rule, and offers
+    a restart for the time it may be spooled."""
+    from datetime import timedelta
+
+    def clock(hours):  # an hour's margin either side of the clock status reads
+        return (datetime.now() + timedelta(hours=hours)).strftime("%H:%M")
+
+    doc = run_cli(["status", "--json"]).json()
+    assert doc["spooling"] == {"open": True, "cutoff": None, "reopens": None}
+    assert "spooling" not in run_cli(["status", "--plain"]).out  # no cutoff: always open
+    submit("broke", "exit 3\n")
+    assert drain(spool).returncode == 0
+    set_config(spool, cutoff=clock(1), until=clock(2))
+    assert run_cli(["status", "--json"]).json()["spooling"] == {"open": True, "cutoff": clock(1), "reopens": None}
+    text = run_cli(["status", "--plain"]).out
+    assert f"spooling  open until {clock(1)} (cutoff)\n" in text and "next      onite restart broke\n" in text, text
+
+    set_config(spool, cutoff=clock(-1), until=clock(1))
+    doc = run_cli(["status", "--json"]).json()
+    opens = datetime.fromisoformat(doc["spooling"]["reopens"])
+    assert doc["spooling"]["open"] is False and doc["spooling"]["cutoff"] == clock(-1) and f"{opens:%H:%M}" == clock(1)
+    assert doc["last_night"]["next"] == ["onite restart broke"]  # a command, as scripts run it
+    text = run_cli(["status", "--plain"]).out
+    assert f"spooling  closed since {clock(-1)} (cutoff); opens again at {clock(1)}\n" in text, text
+    assert f"next      from {clock(1)} (spooling is closed): onite restart broke\n" in text, text
+    refused = run_cli(["restart", "broke"])  # what status said: not before then
+    assert refused.code == 3 and f"spooling closed at the cutoff ({clock(-1)})" in refused.err, refused
+
+
 @needs_root
 def test_status_names_the_command_that_installs_a_missing_pam_service(spool, monkeypatch):
     """The last drain's jobs got no PAM session, the service being missing: status gives the command that

@@ -22,6 +22,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.scan import queued_folder_stats, running_entries
 from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView
+from onite.core.policy import CutoffState, cutoff_state
 from onite.core.schedule import next_drain
 
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
@@ -48,6 +49,8 @@ class StatusInfo(Record):
     not_examined: int  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
     last_night: dict
     containment: dict | None  # how jobs are contained, as the last driver said: {"host", "kind"}
+    spooling: CutoffState  # whether submissions are refused now (the cutoff), and until when
+    cutoff: str | None  # onite.toml's, HH:MM
 
 
 def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
@@ -93,7 +96,8 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next,
         warnings=warnings + full_disk(spool.root) + list(drain.problems), last_driver=last_driver,
-        containment=containment_said(spool),
+        containment=containment_said(spool), spooling=cutoff_state(now, config.cutoff, config.until),
+        cutoff=config.cutoff.strftime("%H:%M") if config.cutoff else None,
     )
 
 
@@ -188,4 +192,6 @@ def status_json(info: StatusInfo) -> str:
         "last_driver": info.last_driver,
         "warnings": info.warnings,
         "containment": info.containment,
+        "spooling": {"open": not info.spooling.closed, "cutoff": info.cutoff,
+                     "reopens": info.spooling.reopens.isoformat() if info.spooling.reopens else None},
     }, indent=1, default=datetime.isoformat)  # the drivers' times

@@ -325,6 +325,12 @@ def print_status(console, info, *, plain: bool = False) -> None:
             f"{esc(nxt.host)}" + (f", until {info.until}" if info.until else ""))
     else:
         say("next run  ", (f"none: {esc(no_drain_text(info.drain))}", "yellow"))
+    closed = info.spooling.closed
+    if closed:
+        say("spooling  ", (f"closed since {info.cutoff} (cutoff)", "yellow"),
+            f"; opens again at {info.spooling.reopens:%H:%M}")
+    elif info.cutoff:
+        say(f"spooling  open until {info.cutoff} (cutoff)")
     if info.containment:
         kind, limits, capacity, pam = (info.containment.get(key) for key in ("kind", "limits", "capacity", "pam"))
         say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),
@@ -359,7 +365,8 @@ def print_status(console, info, *, plain: bool = False) -> None:
     say("so far    " if day["draining"] else "last night ", (f"{c['done']} done", "green"), ", ",
         (f"{c['failed']} failed", "red"), f"{failed}, {c['cancelled']} cancelled ({command})")
     for i, step in enumerate(day["next"][:3]):
-        say("next      " if i == 0 else "          ", (esc(step), "cyan"))
+        when = f"from {info.spooling.reopens:%H:%M} (spooling is closed): " if closed and i == 0 else ""  # restart spools
+        say("next      " if i == 0 else "          ", (when + esc(step), "cyan"))
     if len(day["next"]) > 3:
         say(f"          … and {len(day['next']) - 3} more: {command}")
     if info.running:
