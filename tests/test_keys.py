@@ -160,9 +160,9 @@ def test_another_users_queued_job_has_no_output_for_you_to_wait_for(spool):
         r = run_cli(args, user="nobody", cwd="/tmp")
         assert r.code == 3 and "belongs to daemon" in r.err and "-f waits" not in r.err, (args, r)
     r = run_cli(["output", "qq"], user="daemon", cwd="/tmp")
-    assert r.code == 1 and "onite output qq -f waits for it" in r.err, r
+    assert r.code == 1 and "it is held; onite release qq lets it run" in r.err, r  # held: -f would wait for ever
     r = run_cli(["output", "daemon:qq"], cwd="/tmp")  # root
-    assert r.code == 1 and "onite output daemon:qq -f waits for it" in r.err, r
+    assert r.code == 1 and "it is held; onite release daemon:qq lets it run" in r.err, r
 
 
 def test_completion_offers_a_users_own_jobs_as_they_may_type_them(spool):
