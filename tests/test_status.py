@@ -460,3 +460,18 @@ def test_status_names_the_command_that_installs_a_missing_pam_service(spool, mon
         assert "not installed here" not in run_cli(["status", "--plain"]).out
     finally:
         (TEST_PAM_DIR / service).unlink()
+
+
+def test_a_hybrid_host_is_said_where_containment_and_limits_name_different_cgroups(spool):
+    """On a hybrid host the job is contained in cgroup2 while its memory and CPU limits are cgroup v1's:
+    status said both without a word on why they differ."""
+    submit("plain", "true\n")
+    assert drain(spool).returncode == 0
+    with open(spool / "onite.log", "a") as log:  # what a driver on a hybrid host logs as it starts
+        log.write(f"{datetime.now().astimezone().isoformat(timespec='seconds')} vm[999999] driver-start host=vm "
+                  'slots=1 executor=local contain="cgroup2 /sys/fs/cgroup/unified/onite" '
+                  'limits="cgroup v1 (cpu, cpuacct, memory)" pam="off" capacity="4G memory, 2 CPUs"\n')
+    lines = run_cli(["status", "--plain"]).out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("limits    last drain: cgroup v1"))
+    assert lines[at + 1] == ("          a hybrid host: jobs are contained in cgroup2, their limits set by its cgroup "
+                             "v1 controllers"), lines

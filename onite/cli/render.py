@@ -338,6 +338,9 @@ def print_status(console, info, *, plain: bool = False) -> None:
         if limits:  # the last driver's words: this command measures nothing of root's cgroups
             say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
                 f"; capacity {esc(capacity)}" if capacity else "")
+            if kind.startswith("cgroup2") and limits.startswith("cgroup v1"):  # both true: say why they differ
+                say(" " * STATUS_LABEL, "a hybrid host: jobs are contained in cgroup2, their limits set by its "
+                    "cgroup v1 controllers")
         if pam:
             say("pam       last drain: ", (esc(pam), "yellow" if pam.startswith("no session") else "green"))
         if info.containment.get("pam_fix"):
