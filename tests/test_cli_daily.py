@@ -126,6 +126,8 @@ def test_a_bare_name_of_another_users_job_says_whose_it_is(spool):
         assert (r.code, r.err) == (1, "onite: no job 'r' of yours — root:r is root's job, not yours\n"), (args, r)
     r = run_cli(["wait", "r"], user="nobody", cwd="/tmp")  # anyone may wait for root:r
     assert (r.code, r.err) == (1, "onite: no job 'r' of yours — did you mean root:r?\n"), r
+    r = run_cli(["wait", "r", "y"], user="nobody", cwd="/tmp")  # several names: each namesake said
+    assert (r.code, r.err) == (1, "onite: no jobs 'r', 'y' are queued, running or finished — did you mean root:r?\n"), r
     r = run_cli(["submit", "late", "--after", "r"], stdin=b"true\n", user="nobody", cwd="/tmp")
     assert (r.code, r.err) == (2, "onite: no job 'r' of yours — did you mean root:r?\n"), r
     r = run_cli(["cancel", "s"], user="nobody", cwd="/tmp")

@@ -191,12 +191,14 @@ def start(spool: SpoolDir, names: list[str], *, others: bool = True) -> dict[str
             watches[name] = Final(name, told[0].state, None, pruned_reason(*told))
         else:
             unknown.append(name)
-    if len(unknown) == 1 and (hint := namesake_hint(spool, unknown[0], os.geteuid(), others=others)):
-        raise NotFound(f"no job {unknown[0]!r} of yours", hint)
+    hints = [hint for name in unknown if (hint := namesake_hint(spool, name, os.geteuid(), others=others))]
+    if len(unknown) == 1 and hints:
+        raise NotFound(f"no job {unknown[0]!r} of yours", hints[0])
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1
-                       else f"no jobs {listed} are queued, running or finished", "see onite list --all")
+                       else f"no jobs {listed} are queued, running or finished",
+                       "; ".join(hints) or "see onite list --all")
     return watches
 
 
