@@ -18,7 +18,7 @@ from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, held_by, is_live, key_uid, namesake_hint, read_markers
+from onite.spool.scan import find_queued, key_uid, live_entries, namesake_hint
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
@@ -174,13 +174,14 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
     from onite.spool.results import read_result  # not at import: only a missing output needs it
 
     try:
-        if is_live(spool, name):  # a new run: its output is empty so far, the result is an earlier run's
+        state, _ = live_entries(spool, name)
+        if state:  # a new run: its output is empty so far, the result is an earlier run's
             owner = key_uid(name)
             if not empty and owner is not None and not owner_or_root(caller_uid, owner):
                 return _not_yours(name, owner)  # as ``output -f`` says: it would never be theirs to read
             if empty:
                 return None
-            if owner is not None and held_by(read_markers(spool.hold_dir), name, owner):
+            if state == "held":
                 return NotFound(f"job {_said(name)!r} has no output yet",
                                 f"it is held; onite release {_said(name)} lets it run")
             return NotFound(f"job {_said(name)!r} has no output yet",
