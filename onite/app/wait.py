@@ -21,7 +21,7 @@ from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.outputs import copy_data, open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import (find_queued, find_running, key_uid, live_entries, namesake_hint, stat_entry,
+from onite.spool.scan import (find_queued, find_running, key_uid, live_entries, namesake_hints, stat_entry,
                               withdrawn_entries)
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound, OniteError, Refused
@@ -191,7 +191,7 @@ def start(spool: SpoolDir, names: list[str], *, others: bool = True) -> dict[str
             watches[name] = Final(name, told[0].state, None, pruned_reason(*told))
         else:
             unknown.append(name)
-    hints = [hint for name in unknown if (hint := namesake_hint(spool, name, os.geteuid(), others=others))]
+    hints = list(namesake_hints(spool, unknown, os.geteuid(), others=others).values()) if unknown else []
     if len(unknown) == 1 and hints:
         raise NotFound(f"no job {unknown[0]!r} of yours", hints[0])
     if unknown:

@@ -263,15 +263,18 @@ def namesake_hint(spool: SpoolDir, name: str, caller_uid: int, *, others: bool =
     """What to tell a caller whose bare ``name`` is no job of theirs but is other users' (queued, running or kept
     finished): whose it is, or the keys it may have meant to one who may act on them (root; anyone where
     ``others``: wait, --after); None if no one's."""
-    if ":" in name:
-        return None
-    keys: set[str] = set()
-    suffix = f":{name}"
+    return namesake_hints(spool, [name], caller_uid, others=others).get(name)
+
+
+def namesake_hints(spool: SpoolDir, names: list[str], caller_uid: int, *, others: bool = False) -> dict[str, str]:
+    """``namesake_hint`` of each of ``names`` that has one, from one listing of the spool's folders."""
+    wanted = {name for name in names if ":" not in name}
+    keys: dict[str, set[str]] = {}
     folders = [f for _, f in spool.queue_folders()] + [spool.running_dir(h) for h in spool.hosts()] + [spool.done_dir]
     for folder in folders:
         try:
             # a name's end first: the lstat only for a namesake, never for each of 100,000 queued jobs
-            found = [e for e in listing(folder) if e.name.endswith(suffix) and e.name not in keys]
+            found = [e for e in listing(folder) if e.name.partition(":")[2] in wanted]
         except SpoolIOError:  # a folder this caller may not list: a hint is no reason to fail
             continue
         for entry in found:
@@ -280,14 +283,15 @@ def namesake_hint(spool: SpoolDir, name: str, caller_uid: int, *, others: bool =
             except OSError:
                 continue
             if is_valid_key(entry.name) and uid == key_uid(entry.name) and uid != caller_uid:  # no forgery
-                keys.add(entry.name)
-    if not keys:
-        return None
-    said = sorted(keys)
+                keys.setdefault(entry.name.partition(":")[2], set()).add(entry.name)
+    return {name: _namesakes_said(sorted(keys[name]), others or caller_uid == 0) for name in names if name in keys}
+
+
+def _namesakes_said(said: list[str], may_act: bool) -> str:
     if len(said) > 4:  # one line, however many users share a common name
         said[3:] = [f"{len(said) - 3} more"]
     head, last = ", ".join(said[:-1]), said[-1]
-    if others or caller_uid == 0:
+    if may_act:
         return f"did you mean {head + ' or ' if head else ''}{last}?"
     if not head:
         return f"{last} is {last.partition(':')[0]}'s job, not yours"
