@@ -97,7 +97,6 @@ def read_stdin(limit: int) -> bytes:
 
 
 def read_job_text(limit: int) -> bytes:
-    """``read_stdin`` for one job's text, which must hold something to run (not only white space)."""
     body = read_stdin(limit)
     if not body.strip():
         raise InvalidInput(f"the job text on stdin is {'only white space' if body else 'empty'}",

@@ -111,7 +111,6 @@ class ReportData(Record):
 
     @property
     def draining(self) -> bool:
-        """Is a drain of the window still running?"""
         return any(d.ended is None for d in self.drains)
 
     @property
@@ -155,7 +154,6 @@ def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
 
 
 def night_of(when: datetime) -> date:
-    """The date of the night ``when`` belongs to."""
     local = when.astimezone()
     return local.date() - timedelta(days=local.time() < NIGHT_STARTS)
 
@@ -217,9 +215,6 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     results_end = end + timedelta(seconds=1) if kind == "drain" else end
     told = dr.job_events(events, start, end)
 
-    def inside(when: datetime | None) -> bool:
-        return when is not None and start <= when < results_end
-
     # a drain that started in the second an earlier one filed a job: that job is in the window only
     # if the window's own lines tell of its run (a job that never ran, e.g. a cancel the driver files as it
     # starts or a file it refuses, has no run id: by its name and owner)
@@ -229,7 +224,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     def in_window(record) -> bool:
         if kind == "drain" and record.finished < start + timedelta(seconds=1):
             return (record.run_id or (record.name, record.user)) in told_runs
-        return inside(record.finished) or inside(record.started)
+        return any(when is not None and start <= when < results_end for when in (record.finished, record.started))
 
     def wanted(owner: str) -> bool:
         return user is None or owner == user
@@ -401,8 +396,7 @@ def pruned_output(spool: SpoolDir, key: str, reader: int) -> OniteError | None:
 
 def _whole(text: str | None, most: int) -> int | None:
     """A log field that holds a number from 1 to ``most``, as an int; None for anything else."""
-    value = dr.integer(text) if text and text.isascii() and text.isdigit() else None
-    return value if value is not None and 1 <= value <= most else None
+    return int(text) if text and text.isascii() and text.isdigit() and 1 <= int(text) <= most else None
 
 
 def _number(text: str | None) -> float | None:
@@ -444,8 +438,8 @@ def read_tail(spool: SpoolDir, data: ReportData, job: JobView, lines: int) -> Ta
     # a retry's output follows the earlier attempts', after its marker line (onite.exec.runner.run_outputs)
     marker = f"[onite] attempt {job.attempt} of {job.name.partition(':')[2]}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
-    cut = [printable(line) for line in text]
-    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut))
+    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…"
+                            for line in map(printable, text)))
 
 
 def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:

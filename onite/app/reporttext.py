@@ -129,27 +129,19 @@ def failure_what(data: ReportData, job: JobView) -> str:
 
 
 def earlier_note(data: ReportData, job: JobView) -> str:
-    """What ran of a job before the run shown: its attempts (tried_note), its runs before a restart (rerun_note)."""
-    return "; ".join(note for note in (tried_note(data, job), rerun_note(data, job)) if note)
-
-
-def rerun_note(data: ReportData, job: JobView) -> str:
-    """``after an earlier run: timeout``: the runs of the window before the one shown (a restart)."""
-    before = data.reruns.get((job.name, job.user))
-    if not before:
-        return ""
-    words = ", ".join(phrase(view.reason) or view.state for view in before)
-    return f"after {'an earlier run' if len(before) == 1 else f'{len(before)} earlier runs'}: {words}"
-
-
-def tried_note(data: ReportData, job: JobView) -> str:
-    """``after attempt 1: exit 5``: the attempts that ran of a job whose latest attempt never started."""
+    """What ran of a job before the run shown: ``after attempt 1: exit 5``, the attempts that ran of a job whose
+    latest attempt never started; ``after an earlier run: timeout``, the runs of the window before a restart."""
+    notes = []
     tried = data.tried.get(run_key(job)) if data.never_ran(job) else None
-    if not tried:
-        return ""
-    which = ", ".join(str(a.attempt) for a in tried)
-    return f"after attempt{'s' if len(tried) > 1 else ''} {which}: " + ", ".join(
-        phrase(a.reason) or "failed" for a in tried)
+    if tried:
+        which = ", ".join(str(a.attempt) for a in tried)
+        notes.append(f"after attempt{'s' if len(tried) > 1 else ''} {which}: "
+                     + ", ".join(phrase(a.reason) or "failed" for a in tried))
+    before = data.reruns.get((job.name, job.user))
+    if before:
+        words = ", ".join(phrase(view.reason) or view.state for view in before)
+        notes.append(f"after {'an earlier run' if len(before) == 1 else f'{len(before)} earlier runs'}: {words}")
+    return "; ".join(notes)
 
 
 def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]]:

@@ -270,17 +270,14 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     for entry in find_running(spool, key):
         record = runrecords.read(spool.run_record_path(entry.host, key))
         outcome = record.outcome(record.need) if record is not None and record.ended else None
-        if outcome is None:
-            continue
-        gone = driver_gone(spool, entry.host, now)  # read only once a run has ended (each poll of a running job)
-        if not gone:
+        # the heartbeat is read only once a run has ended (each poll of a running job)
+        if outcome is None or not (gone := driver_gone(spool, entry.host, now)):
             continue
         job = _head(spool, entry)
         if job is None or outcome.retried(job.attempt, job.retries):
             continue  # the next drain there runs it again: it has not ended yet
-        note = f"not filed yet, as {gone}"
-        why = outcome.describe()
-        return Final(key, str(outcome.state), None, f"{why}; {note}" if why else note)
+        why = "; ".join(filter(None, (outcome.describe(), f"not filed yet, as {gone}")))
+        return Final(key, str(outcome.state), None, why)
     return None
 
 
@@ -472,7 +469,6 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
 def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
     """NotFound where the job (its ``live`` files, else its result) keeps stderr with its stdout, so that
     ``--follow --stderr`` would print nothing."""
-    separate = None
     if live is not None:  # a file moved on, or unreadable: the follow itself will tell
         separate = next((job.stderr_separate for e in live if (job := _head(spool, e)) is not None), None)
     else:
