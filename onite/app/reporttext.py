@@ -20,7 +20,6 @@ from onite.spool.log import CANNOT_RECORD
 
 
 def window_text(data: ReportData) -> str:
-    """What the report covers, in words."""
     if data.kind == "night":
         return (f"the night of {data.night.isoformat()} "
                 f"({data.since.astimezone():%Y-%m-%d %H:%M} to {data.until.astimezone():%Y-%m-%d %H:%M})")

@@ -69,7 +69,6 @@ def own_environment() -> dict[bytes, bytes]:
 
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
-    """Check the spool's policy and spool the job; the job as spooled."""
     job = checked_jobs(spool, request, [(request.name, request.body)], captured, caller)[0]
     write_job(spool, job, caller, hold=request.hold)
     return job

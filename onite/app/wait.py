@@ -41,8 +41,6 @@ FOLLOW_POLL = 0.2  # seconds between looks while a followed output does not grow
 
 
 class Seen(Record):
-    """One look at one job name."""
-
     name: str
     live: str | None  # "queued", "held" or "running": still to finish; None: neither
     result: Result | None = None  # its latest result record (read only when asked or not live)
@@ -147,7 +145,6 @@ def job_line(final: Final) -> str:
 
 
 def _pause(clock: Clock, delay: float, deadline: float | None) -> float:
-    """Sleep ``delay`` seconds, or until ``deadline``; the next delay."""
     clock.sleep(delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0)))
     return min(delay * POLL_GROWTH, POLL_MAX)
 
