@@ -454,32 +454,31 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
     left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
             "refused": len(refused)}
-    waiting = []
+
+    def waiting_row(name, user, uid, priority, urgent, state, reason, kind=None, command=None) -> dict:
+        return {"name": label(name), "user": user, "uid": uid, "priority": priority, "urgent": urgent,
+                "state": state, "kind": state if kind is None else kind, "reason": reason, "command": command}
+
     gone = functools.cache(lambda host: driver_gone(spool, host, data.now))
-    for view in running:
-        waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
-                        "urgent": view.urgent, "state": "running", "kind": "running",
-                        "reason": running_reason(view, gone(view.host), data.drains), "command": None})
+    waiting = [waiting_row(v.name, v.user, v.uid, v.priority, v.urgent, "running",
+                           running_reason(v, gone(v.host), data.drains)) for v in running]
     head = queue[:EXAMINE]
-    why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader)}
+    why = {verdict["name"]: verdict for verdict in waiting_jobs(spool, head, data.now, euid=data.reader)}
     last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
     for rank, ctime_ns, name, uid, held in head:
         mine = data.may_read(uid)
-        row = why.get(name)
-        if row is None:  # it could start now, or it is another user's and not held: its file is private
+        verdict = why.get(name)
+        if verdict is None:  # it could start now, or it is another user's and not held: its file is private
             kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)
         else:
-            kind, reason = row["kind"], row["reason"]
+            kind, reason = verdict["kind"], verdict["reason"]
         state = "held" if held else "queued"
         if not mine:  # "held: held (another user's …)" said nothing twice
             reason = PRIVATE if reason == state else f"{reason} ({PRIVATE})"
-        waiting.append({"name": label(name), "user": owner(uid), "uid": uid, "priority": rank or None,
-                        "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
-                        "command": f"onite release {label(name)}" if state == "held" and mine else None})
-    for event in refused:
-        waiting.append({"name": label(event.name), "user": event.fields.get("owner", "?"), "uid": None,
-                        "priority": None, "urgent": False, "state": "refused", "kind": "refused",
-                        "reason": event.fields.get("reason", ""), "command": None})
+        waiting.append(waiting_row(name, owner(uid), uid, rank or None, rank == 0, state, reason, kind,
+                                   f"onite release {label(name)}" if state == "held" and mine else None))
+    waiting += [waiting_row(e.name, e.fields.get("owner", "?"), None, None, False, "refused",
+                            e.fields.get("reason", "")) for e in refused]
     # only a drain something will start (a daemon, the timer, an installed cron entry), as status says
     starter = plan(spool, data.now).next
     return data._replace(left=left, waiting=waiting, next_drain=starter.when if starter else None)
