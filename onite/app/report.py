@@ -396,7 +396,8 @@ def pruned_output(spool: SpoolDir, key: str, reader: int) -> OniteError | None:
 
 def _whole(text: str | None, most: int) -> int | None:
     """A log field that holds a number from 1 to ``most``, as an int; None for anything else."""
-    return int(text) if text and text.isascii() and text.isdigit() and 1 <= int(text) <= most else None
+    value = dr.integer(text) if text and text.isascii() and text.isdigit() else None
+    return value if value is not None and 1 <= value <= most else None
 
 
 def _number(text: str | None) -> float | None:
