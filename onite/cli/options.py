@@ -58,7 +58,6 @@ def top_command(name: str) -> Callable | None:
 
 
 def every_command() -> dict[tuple[str | None, str], Callable]:
-    """Every command, by (group, name)."""
     for module in MODULES:
         importlib.import_module(f"onite.cli.{module}")
     return COMMANDS
