@@ -16,7 +16,7 @@ VALUES = ["3", "0", "-1", "x", "", " 4", "+2", "1_0", "٣", "99999", "a=b", "b*"
 
 
 def option_words(name: str) -> list[str]:
-    declared = fastpath._declarations(COMMANDS[(None, name)].func)
+    declared = fastpath._declarations(COMMANDS[(None, name)])
     return sorted(declared[0]) if declared else []
 
 

@@ -31,11 +31,11 @@ def parse(args: list[str]) -> tuple[Callable, dict] | None:
     if command.after_dashes and "--" in rest:
         cut = rest.index("--")
         rest, words = rest[:cut], rest[cut + 1:]
-    kwargs = parse_parameters(command.func, rest)
+    kwargs = parse_parameters(command, rest)
     if kwargs is None:
         return None
     set_parsed(spool=spool, command=words)
-    return command.func, kwargs
+    return command, kwargs
 
 
 def parse_parameters(func: Callable, args: list[str]) -> dict | None:

@@ -330,12 +330,9 @@ def _set_hold(names: list[str], spool: str | None, *, held: bool) -> int | None:
             raise InvalidInput(f"{name!r} is a pattern, and onite {'hold' if held else 'release'} takes job names",
                                "name each job (onite list shows them); only onite cancel takes patterns")
     target = open_spool(spool, reading=True)
+    done, undone = ("held", "already held") if held else ("released", "not held: nothing to release")
 
     def set_one(name: str) -> None:
-        changed = set_hold(target, name, os.geteuid(), held)
-        if held:
-            print(f"{name}: {'held' if changed else 'already held'}")
-        else:
-            print(f"{name}: {'released' if changed else 'not held: nothing to release'}")
+        print(f"{name}: {done if set_hold(target, name, os.geteuid(), held) else undone}")
 
     return _each(names, set_one)

@@ -31,22 +31,16 @@ class Arg(Opt):
     """An argument, declared as to ``typer.Argument``."""
 
 
-class Command:
-    """A registered command: its function, and whether the words after ``--`` are the job's command line
-    (``submit NAME -- make -j8``) rather than arguments."""
-
-    def __init__(self, func: Callable, after_dashes: bool) -> None:
-        self.func, self.after_dashes = func, after_dashes
-
-
-COMMANDS: dict[tuple[str | None, str], Command] = {}  # (group, name): every command, once its module is imported
+COMMANDS: dict[tuple[str | None, str], Callable] = {}  # (group, name): every command, once its module is imported
 GROUPS: dict[str, str] = {}  # a group of commands: its help
 
 
 def command(name: str | None = None, *, group: str | None = None, after_dashes: bool = False):
-    """Register a command function under ``name`` (default: its own, as typer names it)."""
+    """Register a command function under ``name`` (default: its own, as typer names it). ``after_dashes``: the
+    words after ``--`` are the job's command line (``submit NAME -- make -j8``) rather than arguments."""
     def register(func: Callable) -> Callable:
-        COMMANDS[(group, name or func.__name__.lower().replace("_", "-"))] = Command(func, after_dashes)
+        func.after_dashes = after_dashes
+        COMMANDS[(group, name or func.__name__.lower().replace("_", "-"))] = func
         return func
     return register
 
@@ -54,7 +48,7 @@ def command(name: str | None = None, *, group: str | None = None, after_dashes: 
 MODULES = ("jobcmds", "infocmds", "drivecmds", "recurcmds")  # the command modules, the most typed first
 
 
-def top_command(name: str) -> Command | None:
+def top_command(name: str) -> Callable | None:
     """The command ``name`` (not a group's), importing command modules only until it is registered."""
     for module in MODULES:
         if (None, name) in COMMANDS:
@@ -63,8 +57,7 @@ def top_command(name: str) -> Command | None:
     return COMMANDS.get((None, name))
 
 
-def every_command() -> dict[tuple[str | None, str], Command]:
-    """Every command, by (group, name)."""
+def every_command() -> dict[tuple[str | None, str], Callable]:
     for module in MODULES:
         importlib.import_module(f"onite.cli.{module}")
     return COMMANDS

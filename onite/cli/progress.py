@@ -50,6 +50,8 @@ class DrainState:
     def apply(self, when: datetime, event: str, name: str, fields: dict) -> str | None:
         """Take one event into account; return a line worth keeping above the view, if any."""
         user = fields.get("user", "")
+        if event in ("retry", "requeued", "start-failed"):
+            self.running.pop(name, None)
         if event == "driver-start":
             self.host, self.slots = str(fields.get("host", "")), int(fields.get("slots") or 0)
         elif event == "start":
@@ -64,16 +66,12 @@ class DrainState:
             self.counts[event] += 1
             return finished_line(event, name, fields, self.running.pop(name, None))
         elif event == "retry":
-            self.running.pop(name, None)
             return (f"↻ {name} ({user}) will run again: attempt {fields.get('attempt')}, after {fields.get('after')} "
                     f"({fields.get('reason') or 'failed'})")
         elif event == "requeued":
-            self.running.pop(name, None)
             return f"↺ {name} ({user}) back in its queue: {fields.get('reason', '')}"
         elif event == "driver-exit":
             self.queued = int(fields.get("left") or 0)
-        elif event == "start-failed":
-            self.running.pop(name, None)
         elif event in IDLE_EVENTS:
             self.idle, self.note = True, idle_reason(event, fields)
         elif event == "waiting":

@@ -94,7 +94,7 @@ def command_for(args: list[str], *, everything: bool = False, run: Callable | No
             app.add_typer(groups[group], name=group)
         where = app if group is None else groups[group]
         where.command(command_name, cls=CommandAfterDashes if command.after_dashes else OniteCommand)(
-            _typer_function(command.func, run))
+            _typer_function(command, run))
     return typer.main.get_command(app)
 
 

@@ -89,8 +89,7 @@ class SpoolIOError(OniteError):
 
 
 _IO_HINTS = {
-    errno.EPERM: "you lack the permission; ask the spool's administrator",
-    errno.EACCES: "you lack the permission; ask the spool's administrator",
+    **dict.fromkeys((errno.EPERM, errno.EACCES), "you lack the permission; ask the spool's administrator"),
     errno.EFBIG: "the job is larger than your file-size limit (ulimit -f)",
     errno.ENOSPC: "the spool's file system is full; free some space and try again",
     errno.EROFS: "the spool's file system is read-only",

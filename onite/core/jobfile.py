@@ -78,7 +78,6 @@ def _env_lines(env: tuple[tuple[bytes, bytes], ...]) -> str:
 
 
 def encode(job: Job) -> bytes:
-    """The job file's bytes."""
     lines = [
         f"onite-job: {FORMAT}",
         f"name: {job.name}",

@@ -16,7 +16,6 @@ if TYPE_CHECKING:  # an annotation only: list, status, output and cancel need no
 
 
 def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
-    """May ``caller_uid`` act on what ``owner_uid`` owns?"""
     return caller_uid == 0 or caller_uid == owner_uid
 
 
@@ -28,7 +27,6 @@ class CutoffState(Record):
 
 
 def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> CutoffState:
-    """Is spooling closed at ``now``, and if so when does it open again?"""
     if cutoff is None:
         return CutoffState(False)
     reopen = until or time(0, 0)
