@@ -284,8 +284,7 @@ class SlurmRunner(Runner):
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
         if run.stopping is None:
-            run.stopping = why
-            run.cancelled_by = by
+            run.stopping, run.cancelled_by = why, by
             record_stop(run.record_path, why, by)  # a driver that dies before Slurm confirms leaves why to the next
         if run.kill_at is None:
             self._cancel(run)
