@@ -193,30 +193,20 @@ def kill_groups(groups: tuple[str, ...], rounds: int = 50) -> bool:
 
 
 def signal_cgroup(path: str, sig: int) -> None:
-    """Send ``sig`` to every process of the cgroup, frozen meanwhile where it can be (a frozen process can
-    neither fork nor exit nor reap), so no pid read is given to another process before it is signalled."""
-    frozen = _freeze(path)
+    """Send ``sig`` to every process of the cgroup, frozen meanwhile (at most 0.2 s is waited for it) where a
+    cgroup v2 freezer can (a frozen process can neither fork nor exit nor reap), so no pid read is given to
+    another process before it is signalled."""
+    frozen = write_file(f"{path}/cgroup.freeze", "1") == 0
+    deadline = time.monotonic() + 0.2
     try:
+        with suppress(OSError):
+            while frozen and time.monotonic() < deadline and b"frozen 1" not in read_file(f"{path}/cgroup.events"):
+                time.sleep(0.002)
         for pid in cgroup_pids(path):
             signal_pid(pid, sig)
     finally:
         if frozen:
             write_file(f"{path}/cgroup.freeze", "0")
-
-
-def _freeze(path: str) -> bool:
-    """Freeze the cgroup, waiting at most 0.2 s; False where there is no cgroup v2 freezer."""
-    if write_file(f"{path}/cgroup.freeze", "1") != 0:
-        return False
-    deadline = time.monotonic() + 0.2
-    while time.monotonic() < deadline:
-        try:
-            if b"frozen 1" in read_file(f"{path}/cgroup.events"):
-                break
-        except OSError:
-            break
-        time.sleep(0.002)
-    return True
 
 
 def remove_cgroup(path: str, wait: float = 2.0) -> None:
@@ -328,11 +318,9 @@ def descendants(pid: int) -> list[tuple[int, int]]:
     tree: dict[int, list[tuple[int, int]]] = {}
     for child, fields in listed():
         tree.setdefault(int(fields[1]), []).append((child, int(fields[19])))
-    found, todo = [], list(tree.get(pid, ()))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo.extend(tree.get(child[0], ()))
+    found = list(tree.get(pid, ()))
+    for child, _ in found:  # grows as it goes: each child's children after it
+        found.extend(tree.get(child, ()))
     return found
 
 

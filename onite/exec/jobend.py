@@ -33,8 +33,7 @@ def leader_exit(job: int):
         except ChildProcessError:
             return None
         if info is None:
-            traced = _traced_exit(job)
-            return RUNNING if traced is None else traced
+            return _traced_exit(job)
         if info.si_pid == job:
             return _wait_status(info)
         try:
@@ -43,16 +42,16 @@ def leader_exit(job: int):
             pass
 
 
-def _traced_exit(job: int) -> int | None:
+def _traced_exit(job: int):
     """The leader's wait status from /proc if it is a zombie only its tracer sees (its owner may trace it
-    from outside the job); None while any thread of it runs."""
+    from outside the job); RUNNING while any thread of it runs."""
     fields = contain.stat_fields(job)
     try:
         if fields is None or fields[0] != b"Z" or len(fields) < 50 or os.listdir(f"/proc/{job}/task") != [str(job)]:
-            return None
+            return RUNNING
         return int(fields[49])  # field 52: the exit status, as waitpid gives it
     except (OSError, ValueError):
-        return None
+        return RUNNING
 
 
 def _wait_status(info) -> int:

@@ -50,15 +50,6 @@ def credentials(identity: Identity | None = None) -> tuple[tuple[int, ...], tupl
     return os.getresuid(), resgid, frozenset(os.getgroups()) | {resgid[1]}
 
 
-def occupy_standard_descriptors() -> None:
-    """Open /dev/null on any of descriptors 0-2 that is closed, so no job file takes its number."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
-
-
 class Monitor:
     """The driver's end of one monitor: its socket (None: adopted, watched by its pidfd), what it said."""
 
@@ -204,7 +195,11 @@ class LocalRunner(Runner):
                                   "v2": self.limiter.v2, "v1": dict(self.limiter.v1),
                                   "max_pids": self.limiter.max_pids, "pids_v2": self.limiter.pids_v2,
                                   "pam": self.pam.path if self.pam.service else None, "pam_service": self.pam.service})
-        occupy_standard_descriptors()
+        for fd in (0, 1, 2):  # /dev/null on any that is closed, so no job file takes its number
+            try:
+                os.fstat(fd)
+            except OSError:
+                os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
 
     def close(self) -> None:
         self._pool.close()

@@ -166,10 +166,9 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         return 0 if ended else 1
     _record(plan, {"event": "exited", "status": status, "at": _now()})  # kept should this process die cleaning up
     reaped = False
-    ended_all = True
-    if jobend.left_running(plan, job, pinned=True):  # ended before the run's end is told: its slot is held till then
-        grace = None if kill_at is None else max(kill_at - time.monotonic(), 0.0)  # a stop's KILL keeps its time
-        ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), grace=grace)
+    grace = None if kill_at is None else max(kill_at - time.monotonic(), 0.0)  # a stop's KILL keeps its time
+    # what the job left is ended before the run's end is told: its slot is held till then
+    ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), grace=grace)
     used = limits.usage(plan.usage_reads)  # read before its cgroups go
     source = "cgroup"
     if "peak_mem" not in used or "cpu" not in used:
@@ -199,8 +198,7 @@ def _start(plan: Plan) -> tuple[int | None, str, list[str]]:
     missed: list[str] = []
 
     def fork_job():
-        job, report = jobstart.start(plan, lambda: missed.extend(limits.apply(plan.pids_steps)))
-        return job, report, missed
+        return *jobstart.start(plan, lambda: missed.extend(limits.apply(plan.pids_steps))), missed
 
     if plan.pam_user is None:
         return fork_job()

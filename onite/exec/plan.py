@@ -17,8 +17,6 @@ SCRIPT = b"\0script\0"  # in argv: where /dev/fd/N of the script goes, N its num
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the monitor needs for one run, decided by the driver."""
-
     argv: tuple[bytes, ...]  # argv[0] is the program; SCRIPT, as sent, is the script's /dev/fd path once received
     env: dict[bytes, bytes]
     cwd: bytes

@@ -101,16 +101,11 @@ def _directive_words(text: bytes) -> list[str]:
     """The words of a directive line as sbatch splits it (its _get_argument), not as a shell would: a backslash
     takes the next character literally but never joins two words, a quote holds spaces until its like, and a
     ``#`` neither quoted nor escaped ends the line."""
-    words: list[str] = []
-    word, quote, escaped, i = bytearray(), 0, False, 0
-    while i <= len(text):
-        c = text[i] if i < len(text) else None
-        if c is None or (not quote and c in _SPACE):
-            if word:
-                words.append(word.decode("utf-8", "replace"))
+    words, word, quote, escaped = [], bytearray(), 0, False
+    for c in text:
+        if not quote and c in _SPACE:
+            words.append(word)
             word, escaped = bytearray(), False
-            if c is None:
-                break
         elif escaped:
             escaped = False
             word.append(c)
@@ -124,13 +119,10 @@ def _directive_words(text: bytes) -> list[str]:
         elif c in b"'\"":
             quote = c
         elif c == 0x23:  # '#': the rest is a comment
-            if word:
-                words.append(word.decode("utf-8", "replace"))
             break
         else:
             word.append(c)
-        i += 1
-    return words
+    return [w.decode("utf-8", "replace") for w in (*words, word) if w]
 
 
 def unsupported_args(args: tuple[str, ...]) -> str | None:

@@ -139,7 +139,8 @@ class SlurmRunner(Runner):
         # as root first would tell a user about directories they may not enter
         output = Path(os.path.abspath(output_path))
         stderr_file = Path(os.path.abspath(stderr_path))
-        with run_outputs(run, output, stderr_file, run.owner if self.switch_user else None, append=append):
+        ident = run.owner if self.switch_user else None
+        with run_outputs(run, output, stderr_file, ident, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         run.nice = self._nice(run)
         env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
@@ -154,7 +155,6 @@ class SlurmRunner(Runner):
             for name, data in (("onite-script", script), ("onite-sbatch-out", b""), ("onite-sbatch-err", b"")):
                 fds.append(memory_file(name, data))
             fds.append(os.dup(record_fd))
-            ident = run.owner if self.switch_user else None
             proc = subprocess.Popen(
                 sbatch.as_owner_in(job.cwd, argv), stdin=fds[0], stdout=fds[1], stderr=fds[2], env=self._tool_env,
                 cwd="/", umask=job.umask, pass_fds=(env_fd,), preexec_fn=_limit_files,
@@ -284,8 +284,7 @@ class SlurmRunner(Runner):
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
         if run.stopping is None:
-            run.stopping = why
-            run.cancelled_by = by
+            run.stopping, run.cancelled_by = why, by
             record_stop(run.record_path, why, by)  # a driver that dies before Slurm confirms leaves why to the next
         if run.kill_at is None:
             self._cancel(run)
