@@ -34,7 +34,6 @@ def discard(path: Path | str) -> None:
 
 
 def token() -> str:
-    """A suffix no other file of a name has: this process's pid and a random number."""
     return f"{os.getpid()}.{os.urandom(4).hex()}"
 
 
