@@ -94,7 +94,6 @@ def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
 
 
 def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_result]]:
-    """``token_names`` with their lstat. Raises SpoolIOError."""
     for name, entry in token_names(folder):
         try:
             yield name, entry, entry.stat(follow_symlinks=False)
