@@ -6,7 +6,6 @@ import pwd
 
 
 def user_name(uid: int) -> str:
-    """The account name of ``uid``, or the number if it has none."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

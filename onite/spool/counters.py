@@ -61,7 +61,6 @@ class Counters:
         self.completed = completed  # the end of the last drain that ran to its end (drained, or its window closed)
 
     def file(self, result: Result) -> None:
-        """Count a finished job."""
         key = (outcome_of(result), "urgent" if result.urgent else str(result.priority), result.user)
         self.finished[key] = self.finished.get(key, 0) + 1
         self.attempts += len(result.attempts)  # none for a job that never ran

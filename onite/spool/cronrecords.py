@@ -5,14 +5,13 @@ Only the spool's owner writes it; every field is still checked on reading.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from pathlib import Path
 
 from onite.core import values
 from onite.core.errors import OniteError
 from onite.core.record import Record
-from onite.spool.files import replace_file
+from onite.spool.files import read_small, replace_file
 from onite.spool.paths import CRON_RECORD, SpoolDir
 
 FORMAT = 1
@@ -58,11 +57,7 @@ def read_records(spool: SpoolDir) -> list[CronRecord]:
     found = []
     for host, path in spool.state_paths(CRON_RECORD):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            try:
-                record = CronRecord.from_json(values.loads_object(os.read(fd, 65536)))
-            finally:
-                os.close(fd)
+            record = CronRecord.from_json(values.loads_object(read_small(path, 65536)))
         except (OSError, ValueError):
             continue
         if record is not None and record.host == host:
@@ -74,8 +69,8 @@ def write_record(spool: SpoolDir, record: CronRecord) -> None:
     """Raises SpoolIOError."""
     import json
 
-    text = json.dumps(record.to_json(), indent=1) + "\n"
-    replace_file(record_path(spool, record.host), text.encode(), mode=0o644, durable=True)
+    replace_file(record_path(spool, record.host), (json.dumps(record.to_json(), indent=1) + "\n").encode(),
+                 mode=0o644, durable=True)
 
 
 def refresh_record(spool: SpoolDir, host: str, next_drain: datetime | None) -> None:

@@ -15,6 +15,7 @@ import functools
 import os
 from collections import deque
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 
 from onite.core.errors import NotFound, OniteError, Refused, SpoolError, SpoolIOError
@@ -28,15 +29,11 @@ BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they ar
 
 
 def discard(path: Path | str) -> None:
-    """Unlink ``path``, ignoring any error."""
-    try:
+    with suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def token() -> str:
-    """A suffix no other file of a name has: this process's pid and a random number."""
     return f"{os.getpid()}.{os.urandom(4).hex()}"
 
 
@@ -115,20 +112,17 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
     folders: dict[Path, None] = {}
     pending: deque[tuple[str, Path, str]] = deque()  # (tmp path, folder, name) written, not yet named
     try:
-        failed = None
         for folder, name, data in files:
             folders.setdefault(folder)
             try:
                 pending.append((write_unnamed(folder, name, data, 0o600, None), folder, name))
-            except SpoolIOError as err:
-                failed = err
-                break
+            except SpoolIOError:
+                _name_durably(pending)
+                raise
             written += 1
             if len(pending) >= BATCH_CHUNK:
                 _name_durably(pending)
         _name_durably(pending)
-        if failed is not None:
-            raise failed
     except OniteError as err:
         err.created = written - len(pending)
         raise
@@ -141,17 +135,14 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
 
 
 def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
-    """Flush the written files together, then name each, taking it off ``pending``."""
-    if pending:
-        _make_durable([tmp for tmp, _, _ in pending])
-        while pending:
-            _link_name(*pending[0])
-            pending.popleft()
+    _make_durable([tmp for tmp, _, _ in pending])
+    while pending:
+        _link_name(*pending[0])
+        pending.popleft()
 
 
 def write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
                   durable: bool = False) -> str:
-    """Write ``data`` under a dot-name in ``folder`` and return its path."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
     _write_new(tmp, folder / name, data, mode, owner, durable, "writing")
     return tmp
@@ -182,6 +173,15 @@ def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int,
         os.close(fd)
         if not written:
             discard(path)
+
+
+def read_small(path: Path | str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``path``, never through a symlink nor waiting on a fifo or a lease. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -266,16 +266,12 @@ def rename_exchange(a: str, b: str) -> bool | None:
 
 def fsync_dir(folder: Path) -> None:
     """Make the names in ``folder`` durable; a file system that cannot fsync a folder is let be."""
-    try:
+    with suppress(OSError):
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,

@@ -64,10 +64,6 @@ class _Folder:
     parked: dict[str, int] = field(default_factory=dict)  # name → ctime
     strays: set[str] = field(default_factory=set)  # names that are no job names, not yet handed out
 
-    def clear(self) -> None:
-        for part in (self.names, self.order, self.parked, self.strays):
-            part.clear()
-
     def compact_if_due(self) -> None:
         # the entries beyond one a name are stale: a name gone, or back (unparked, reordered) under a new entry
         stale = len(self.order) - len(self.names)
@@ -155,7 +151,8 @@ class QueueIndex:
             try:
                 mtime = os.stat(folder.path).st_mtime_ns
             except FileNotFoundError:
-                folder.clear()
+                for part in (folder.names, folder.order, folder.parked, folder.strays):
+                    part.clear()
                 continue
             if not (force or mtime != folder.mtime_ns or folder.racy):
                 continue
@@ -215,7 +212,6 @@ class QueueIndex:
         folder.compact_if_due()
 
     def candidates(self) -> Iterator[Candidate]:
-        """Queued jobs in run order, as last seen."""
         for folder in self.folders:
             if not folder.sorted:
                 folder.order.sort()
@@ -251,7 +247,6 @@ class QueueIndex:
                     yield where, name, ctime_ns
 
     def paths(self, name: str) -> list[str]:
-        """Where a job ``name`` is queued, as last seen."""
         return [f"{folder.path}/{name}" for folder in self.folders if name in folder.names or name in folder.parked]
 
     def __len__(self) -> int:

@@ -100,24 +100,6 @@ def _absolute(path: str, given: str) -> Path:
                            "cd to a folder that exists, or give the spool's full path") from None
 
 
-def _home(environ, euid: int) -> str:
-    """$HOME if absolute (a relative one would follow the current directory), else the account's home.
-    Raises InvalidInput: neither is absolute."""
-    home = environ.get("HOME") or ""
-    if home.startswith("/"):
-        return home
-    import pwd
-
-    try:
-        home = pwd.getpwuid(euid).pw_dir
-    except KeyError:
-        home = ""
-    if not home.startswith("/"):
-        raise InvalidInput(f"HOME={environ.get('HOME', '')!r} is not an absolute path, and your account has no home "
-                           "folder to find your spool in", "set HOME to your home folder, or give --spool DIR")
-    return home
-
-
 def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
     """--spool, ONITE_SPOOL, the system spool for root and, once root has initialised it, for everyone, else a
     personal spool. Raises ConfigError: /etc/onite.toml is bad (system_spool)."""
@@ -135,7 +117,18 @@ def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", e
         return Location(system, Source.SYSTEM, f"default: it exists{where}")
     state_home = environ.get("XDG_STATE_HOME") or ""
     if not state_home.startswith("/"):  # the XDG spec says relative values are ignored
-        state_home = os.path.join(_home(environ, euid), ".local", "state")
+        home = environ.get("HOME") or ""
+        if not home.startswith("/"):  # a relative one would follow the current directory: the account's home
+            import pwd
+
+            try:
+                home = pwd.getpwuid(euid).pw_dir
+            except KeyError:
+                home = ""
+        if not home.startswith("/"):
+            raise InvalidInput(f"HOME={environ.get('HOME', '')!r} is not an absolute path, and your account has no "
+                               "home folder to find your spool in", "set HOME to your home folder, or give --spool DIR")
+        state_home = os.path.join(home, ".local", "state")
     return Location(Path(state_home) / "onite", Source.PERSONAL, f"default: there is no system spool at {system}")
 
 

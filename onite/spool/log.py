@@ -49,7 +49,6 @@ def _quoted(text: str) -> str:
 
 
 def _unquoted(text: str) -> str:
-    """What ``_quoted`` was given."""
     def unspell(match: re.Match) -> str:
         code = match.group(1)
         return chr(int(code[1:], 16)) if len(code) > 1 else _UNSPELLED.get(code, code)
@@ -133,7 +132,11 @@ class ActivityLog:
             except OSError as err:
                 self._cannot_write(err)
             else:
-                self._cut = _ends_cut(self._fd)  # a writer killed with a half line written
+                try:  # a writer killed with a half line written: the log ends without a newline
+                    size = os.fstat(self._fd).st_size
+                    self._cut = size > 0 and os.pread(self._fd, 1, size - 1) != b"\n"
+                except OSError:
+                    self._cut = False
         return self._fd
 
     def _write(self, fd: int, data: bytes) -> None:
@@ -192,15 +195,6 @@ class ActivityLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _ends_cut(fd: int) -> bool:
-    """Does the file end without a newline (a half line)?"""
-    try:
-        size = os.fstat(fd).st_size
-        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-    except OSError:
-        return False
 
 
 LONGEST_LINE = 1 << 20  # what is kept of a line read back: onite writes none longer than a few KiB

@@ -120,8 +120,13 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
         raise _no_output(spool, name, caller_uid) from None
     except PermissionError:
         raise _not_yours(name, os.lstat(path).st_uid) from None
-    except BlockingIOError:
-        raise _leased(name, path) from None
+    except BlockingIOError:  # its owner holds a lease on it (F_SETLEASE): opening it would wait for the kernel
+        try:
+            holder = user_name(os.lstat(path).st_uid)
+        except OSError:
+            holder = "its owner"
+        raise OniteError(f"the output of {_said(name)!r} is held by {holder} (a lease on the file)",
+                         f"try again once {holder} lets it go") from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
     os.set_blocking(fd, True)
@@ -155,16 +160,6 @@ def _said(key: str) -> str:
 
 def _not_yours(name: str, uid: int) -> Refused:
     return Refused(f"the output of {_said(name)!r} belongs to {user_name(uid)}", "only its owner and root may read it")
-
-
-def _leased(name: str, path: Path) -> OniteError:
-    """The output's owner holds a lease on it (F_SETLEASE): opening it would wait until the kernel breaks it."""
-    try:
-        holder = user_name(os.lstat(path).st_uid)
-    except OSError:
-        holder = "its owner"
-    return OniteError(f"the output of {_said(name)!r} is held by {holder} (a lease on the file)",
-                      f"try again once {holder} lets it go")
 
 
 def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = False) -> OniteError | None:

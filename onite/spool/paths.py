@@ -27,8 +27,6 @@ _STATE = ".state"
 
 
 class SpoolDir:
-    """One spool on disk: the paths of its folders and files, and its settings (onite.toml)."""
-
     def __init__(self, root: Path) -> None:
         self.root = root = Path(root)
         self._config: Config | None = None

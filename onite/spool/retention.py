@@ -36,7 +36,29 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
     if len(records) <= keep:
         return 0  # no one can have more than all of them
     records.sort(reverse=True)
-    kept, beyond = _split_by_owner(spool, records, keep)
+    counts: dict[int, int] = {}
+    kept: list[tuple[int, str]] = []  # each owner's newest ``keep``
+    beyond: list[tuple[int, str]] = []
+    seen: dict[tuple[str, int, int], int] = {}
+    for mtime, name, ino in records:
+        key = (name, ino, mtime)
+        owner = _OWNERS.get(key)
+        if owner is None:
+            try:
+                result = read_result(spool, name)
+                owner = None if result is None else result.uid
+            except DamagedRecord:
+                owner = UNKNOWN_OWNER
+            except SpoolIOError:
+                pass
+            if owner is None:
+                kept.append((mtime, name))  # unreadable for now: counted against no one, removed by no one
+                continue
+        seen[key] = owner
+        counts[owner] = counts.get(owner, 0) + 1
+        (kept if counts[owner] <= keep else beyond).append((mtime, name))
+    _OWNERS.clear()
+    _OWNERS.update(seen)
     hosts = spool.hosts()  # listed once, not once per record removed
     removed = 0
     for _, name in beyond:
@@ -49,40 +71,6 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
     if strays:
         _remove_strays(spool, {n for _, n in kept} | protect, kept[-1][0] if kept else None)
     return removed
-
-
-def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],
-                    keep: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """``records`` (newest first) split into each owner's newest ``keep`` and those beyond."""
-    counts: dict[int, int] = {}
-    kept: list[tuple[int, str]] = []
-    beyond: list[tuple[int, str]] = []
-    seen: dict[tuple[str, int, int], int] = {}
-    for mtime, name, ino in records:
-        key = (name, ino, mtime)
-        owner = _OWNERS.get(key)
-        if owner is None:
-            owner = _owner(spool, name)
-            if owner is None:
-                kept.append((mtime, name))  # unreadable for now: counted against no one, removed by no one
-                continue
-        seen[key] = owner
-        counts[owner] = counts.get(owner, 0) + 1
-        (kept if counts[owner] <= keep else beyond).append((mtime, name))
-    _OWNERS.clear()
-    _OWNERS.update(seen)
-    return kept, beyond
-
-
-def _owner(spool: SpoolDir, name: str) -> int | None:
-    """The uid the result of ``name`` names: UNKNOWN_OWNER if damaged, None if unreadable now."""
-    try:
-        result = read_result(spool, name)
-    except DamagedRecord:
-        return UNKNOWN_OWNER
-    except SpoolIOError:
-        return None
-    return None if result is None else result.uid
 
 
 def remove_temp_files(spool: SpoolDir, now: float) -> int:

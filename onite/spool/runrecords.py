@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from onite.core.runrecord import RunRecord, first_line, line, parse
-from onite.spool.files import discard, write_all
+from onite.spool.files import discard, read_small, write_all
 from onite.spool.paths import RUN_RECORD, SpoolDir
 
 MAX_RECORD = 1 << 20  # bytes read of a record: it holds a few short lines
@@ -41,7 +41,7 @@ def create(path: str, info: dict) -> int:
 
 
 def append(fd: int, event: dict) -> None:
-    """Add one event line. Raises OSError (e.g. ENOSPC: the caller decides)."""
+    """Raises OSError (e.g. ENOSPC: the caller decides)."""
     write_all(fd, line(event))
 
 
@@ -62,16 +62,9 @@ def add_event(path: str, event: dict) -> None:
 def read(path) -> RunRecord | None:
     """The record at ``path``, or None if its first line cannot be read; a damaged line is skipped."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        return parse(read_small(path, MAX_RECORD))
     except OSError:
         return None
-    try:
-        data = os.read(fd, MAX_RECORD)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return parse(data)
 
 
 def host_records(spool: SpoolDir, host: str) -> list[RunRecord]:

@@ -83,7 +83,7 @@ def find_running(spool: SpoolDir, name: str) -> list[Entry]:
 
 
 def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
-    """The entry ``folder/name``, or None if there is none. Raises SpoolIOError."""
+    """Raises SpoolIOError."""
     try:
         st = os.lstat(f"{folder}/{name}")  # a Path only for what is found
     except (FileNotFoundError, NotADirectoryError):
@@ -94,7 +94,6 @@ def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
 
 
 def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_result]]:
-    """``token_names`` with their lstat. Raises SpoolIOError."""
     for name, entry in token_names(folder):
         try:
             yield name, entry, entry.stat(follow_symlinks=False)

@@ -27,25 +27,19 @@ def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
         faults.append(ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
                                   "check its permissions"))
         config = Config()
-    if faults:
-        _whom_to_ask(path, faults)
-        if skipped is None:
-            raise faults[0]
-        skipped.extend(faults)
-    return config
-
-
-def _whom_to_ask(path: Path, faults: list[ConfigError]) -> None:
-    """A user cannot fix the admin's file: the hints say whom to ask."""
+    if not faults:
+        return config
     try:
         owner = os.stat(path).st_uid
     except OSError:
         owner = os.geteuid()
-    if owner == os.geteuid():
-        return
-    name = user_name(owner)
-    for err in faults:
-        err.hint = f"ask {name}, who owns {path.name} ({err.hint})"
+    if owner != os.geteuid():  # a user cannot fix the admin's file: the hints say whom to ask
+        for err in faults:
+            err.hint = f"ask {user_name(owner)}, who owns {path.name} ({err.hint})"
+    if skipped is None:
+        raise faults[0]
+    skipped.extend(faults)
+    return config
 
 
 def default_host(config: Config) -> str:

@@ -62,8 +62,6 @@ def with_priorities(text: str, priorities: int) -> str:
 
 
 class InitReport(Record):
-    """What ``init_spool`` did."""
-
     root: Path
     created: tuple[str, ...]
     config_kept: bool  # an existing, changed onite.toml was left alone

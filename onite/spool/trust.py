@@ -46,19 +46,16 @@ def check_drainable(spool: SpoolDir, command: str) -> None:
     if not spool.running_root.is_dir():
         raise SpoolError(f"no running/ folder in {spool.root}", "run onite init to repair the spool")
     if not os.access(spool.running_root, os.W_OK):  # root too, on a read-only file system
-        if _read_only(spool.running_root):  # no user could: not a matter of whose spool it is
+        try:
+            read_only = bool(os.statvfs(spool.running_root).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        if read_only:  # no user could: not a matter of whose spool it is
             raise SpoolError(f"cannot write {spool.running_root}: the spool's file system is read-only",
                              "remount it read-write, then drain it")
         raise Refused(f"cannot write {spool.running_root}: this spool is drained by its owner",
                       f"run it as root (sudo {command}), or use your own spool")
     check(spool.root, os.geteuid(), command)
-
-
-def _read_only(path: Path) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def resolve(root: Path, owner: int, command: str) -> Path:
