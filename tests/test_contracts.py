@@ -339,3 +339,15 @@ def test_the_docs_name_only_modules_and_functions_that_exist():
     named = {(doc.name, m.group(1)) for doc in (REPO / "docs").glob("*.md")
              for m in re.finditer(r"`(?:onite\.)?((?:app|cli|core|drain|exec|spool)\.[A-Za-z_][\w.]*)`", doc.read_text())}
     assert named and [pair for pair in sorted(named) if not _resolves(pair[1])] == []
+
+
+NOT_YOURS = re.compile(r"""f["']no job \{[^}]*\}[^"']* of yours""")
+
+
+def test_one_wording_of_a_name_that_is_no_job_of_yours():
+    """``no job 'x' of yours`` is worded in core.errors.not_yours alone; every command that says it (cancel,
+    hold, edit, restart, output, wait, submit --after) asks spool.scan.namesake_error or not_yours."""
+    found = [rel(path) for path in PACKAGE.rglob("*.py") for line in path.read_text().splitlines()
+             if NOT_YOURS.search(line)]
+    assert found == ["onite/core/errors.py"]
+    assert NOT_YOURS.search('''raise NotFound(f"no job {text!r} of yours", hint)''')  # what it catches

@@ -20,7 +20,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.recurstate import is_template
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
-from onite.spool.scan import Entry, find_queued, find_running, job_stats, namesake_hint, read_markers
+from onite.spool.scan import Entry, find_queued, find_running, job_stats, namesake_error, read_markers
 from onite.spool.settings import default_host
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
@@ -39,8 +39,8 @@ class CancelReport(Record):
 def _no_job(spool: SpoolDir, name: str, text: str, caller_uid: int, where: str, *, others: bool = False) -> NotFound:
     """A name that is no job ``where`` ("queued" …): another user's namesake (``others``: the caller may act on it),
     or a recurring job's name, which is no job (its runs are NAME-STAMP), is said."""
-    if hint := namesake_hint(spool, text, caller_uid, others=others):
-        return NotFound(f"no job {text!r} of yours", hint)
+    if error := namesake_error(spool, text, caller_uid, others=others):
+        return error
     if is_template(spool, name):  # its user's own, not a file anyone put in recur/ under that key
         return NotFound(f"no job {text!r} is {where}", f"{text} is a recurring job: onite recur remove {text} stops "
                         f"its fires; its runs are {text}-YYYYMMDDTHHMM (see onite list)")

@@ -26,7 +26,7 @@ from onite.spool.filecheck import BadFile, file_problem, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, find_running, is_live, namesake_hint, read_markers, withdrawn_entries
+from onite.spool.scan import find_queued, find_running, is_live, namesake_error, read_markers, withdrawn_entries
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
@@ -151,8 +151,8 @@ def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
         raise Refused(f"job {text!r} is running: a running job cannot be edited",
                       f"cancel it, or change it for its next run: onite restart {text} … once it has finished")
     refuse_finished(spool, name, text, "edited", caller_uid)
-    if hint := namesake_hint(spool, text, caller_uid):
-        raise NotFound(f"no job {text!r} of yours", hint)
+    if error := namesake_error(spool, text, caller_uid):
+        raise error
     raise NotFound(f"no queued job {text!r}", "see onite list")
 
 
@@ -229,8 +229,8 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     if is_live(spool, name):
         raise NotFound(f"no finished job {label(name)!r} is kept", "it is queued or running; restart it once it has "
                        "finished")
-    if hint := namesake_hint(spool, label(name), caller_uid):
-        raise NotFound(f"no job {label(name)!r} of yours", hint)
+    if error := namesake_error(spool, label(name), caller_uid):
+        raise error
     raise NotFound(f"no finished job {label(name)!r} is kept",
                    "see onite list --all; each user's last `keep` finished jobs are kept")
 

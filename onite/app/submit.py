@@ -13,7 +13,7 @@ from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, key_uid, listing, name_taken, namesake_hint, read_markers, stat_entry
+from onite.spool.scan import find_queued, key_uid, listing, name_taken, namesake_error, read_markers, stat_entry
 from onite.spool.settings import default_host
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
@@ -137,8 +137,9 @@ def check_after(spool: SpoolDir, jobs: list[Job]) -> None:
                 user, name = split_key(dep)
                 if dependency_state(spool, dep) is DepState.MISSING:
                     of = "" if user == split_key(job.name)[0] else f" of {user}'s"
-                    if not of and (hint := namesake_hint(spool, name, key_uid(job.name), others=True)):
-                        raise InvalidInput(f"no job {name!r} of yours", hint)
+                    if not of and (error := namesake_error(spool, name, key_uid(job.name), others=True,
+                                                           kind=InvalidInput)):
+                        raise error
                     raise InvalidInput(f"no job {name!r}{of} is queued, running or finished",
                                        "check the name with onite list --all")
                 known.add(dep)

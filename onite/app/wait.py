@@ -24,7 +24,7 @@ from onite.spool.results import read_result, read_results
 from onite.spool.scan import (find_queued, find_running, key_uid, live_entries, namesake_hints, stat_entry,
                               withdrawn_entries)
 from onite.core.cells import outcome_text
-from onite.core.errors import EXIT_OK, NotFound, OniteError, Refused
+from onite.core.errors import EXIT_OK, NotFound, OniteError, Refused, not_yours
 from onite.core.job import Job
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
@@ -190,7 +190,7 @@ def start(spool: SpoolDir, names: list[str], *, others: bool = True) -> dict[str
             unknown.append(name)
     hints = list(namesake_hints(spool, unknown, os.geteuid(), others=others).values()) if unknown else []
     if len(unknown) == 1 and hints:
-        raise NotFound(f"no job {unknown[0]!r} of yours", hints[0])
+        raise not_yours(unknown[0], hints[0])
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1

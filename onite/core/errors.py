@@ -48,6 +48,12 @@ def bad_value(option: str, value: object, expected: str) -> InvalidInput:
     return InvalidInput(f"{option} {quoted(str(value))}: expected {expected}")
 
 
+def not_yours(name: str, hint: str, kind: type[OniteError] = NotFound) -> OniteError:
+    """The one wording of a bare name that is no job of the caller's but other users': ``no job 'x' of yours``,
+    ``hint`` saying whose it is (spool.scan.namesake_hints)."""
+    return kind(f"no job {name!r} of yours", hint)
+
+
 class Refused(OniteError):
     """Policy says no: cutoff passed, a driver is running, duplicate name, not your job."""
 

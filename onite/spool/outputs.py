@@ -18,7 +18,7 @@ from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, key_uid, live_entries, namesake_hint
+from onite.spool.scan import find_queued, key_uid, live_entries, namesake_error
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
@@ -192,8 +192,8 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
     if empty:
         return None
     if result is None and not spool.done_dir.joinpath(name).exists():
-        if hint := namesake_hint(spool, _said(name), caller_uid):
-            return NoTrace(f"no job {_said(name)!r} of yours", hint)
+        if error := namesake_error(spool, _said(name), caller_uid, kind=NoTrace):
+            return error
         return NoTrace(f"no job {_said(name)!r} is queued, running or finished", "check the name with onite list --all")
     return NotFound(f"no output kept for job {_said(name)!r}", "retention removed it (see onite list --all)")
 

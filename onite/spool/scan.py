@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from onite.core.errors import SpoolIOError
+from onite.core.errors import NotFound, OniteError, SpoolIOError, not_yours
 from onite.core.names import SIDE, is_valid_key
 from onite.core.policy import owner_or_root
 from onite.core.record import Record
@@ -258,15 +258,17 @@ def name_taken(spool: SpoolDir, name: str) -> bool:
     return is_live(spool, name) or spool.result_path(name).exists() or spool.output_path(name).exists()
 
 
-def namesake_hint(spool: SpoolDir, name: str, caller_uid: int, *, others: bool = False) -> str | None:
-    """What to tell a caller whose bare ``name`` is no job of theirs but is other users' (queued, running or kept
-    finished): whose it is, or the keys it may have meant to one who may act on them (root; anyone where
-    ``others``: wait, --after); None if no one's."""
-    return namesake_hints(spool, [name], caller_uid, others=others).get(name)
+def namesake_error(spool: SpoolDir, name: str, caller_uid: int, *, others: bool = False,
+                   kind: type[OniteError] = NotFound) -> OniteError | None:
+    """``no job 'NAME' of yours`` where the bare ``name`` is no job of the caller's but other users' (queued,
+    running or kept finished), saying whose it is, or the keys it may have meant to one who may act on them
+    (root; anyone where ``others``: wait, --after); None if no one's."""
+    hint = namesake_hints(spool, [name], caller_uid, others=others).get(name)
+    return None if hint is None else not_yours(name, hint, kind)
 
 
 def namesake_hints(spool: SpoolDir, names: list[str], caller_uid: int, *, others: bool = False) -> dict[str, str]:
-    """``namesake_hint`` of each of ``names`` that has one, from one listing of the spool's folders."""
+    """``namesake_error``'s hint for each of ``names`` that has one, from one listing of the spool's folders."""
     wanted = {name for name in names if ":" not in name}
     keys: dict[str, set[str]] = {}
     folders = [f for _, f in spool.queue_folders()] + [spool.running_dir(h) for h in spool.hosts()] + [spool.done_dir]
