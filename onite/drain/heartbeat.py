@@ -208,12 +208,7 @@ def started_by(role: Role) -> str:
     if said in ("cron", "timer", "hand", "systemd"):
         return said
     if os.environ.get("INVOCATION_ID"):
-        try:
-            with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
-                own = f.read(4096)
-        except OSError:
-            own = ""
-        return "timer" if "onite-driver.service" in own else "systemd"
+        return "timer" if "onite-driver.service" in read_small("/proc/self/cgroup", 4096) else "systemd"
     parent = comm(os.getppid())
     return "cron" if parent in CRON_NAMES else _typed_or_program(parent)
 
@@ -224,13 +219,18 @@ def _typed_or_program(parent: str) -> str:
     return "hand" if typed else f"program {parent}"
 
 
-def comm(pid: int | str) -> str:
-    """The name (comm) of process ``pid``, or "" if unknown."""
+def read_small(path: str, size: int) -> str:
+    """The first ``size`` characters of a small file (in /proc, a pid file), or "" if it cannot be read."""
     try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            return f.read(64).strip()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(size)
     except OSError:
         return ""
+
+
+def comm(pid: int | str) -> str:
+    """The name (comm) of process ``pid``, or "" if unknown."""
+    return read_small(f"/proc/{pid}/comm", 64).strip()
 
 
 class Heartbeat:

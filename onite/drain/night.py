@@ -171,7 +171,5 @@ class Night:
 
     def note_wake(self, when: datetime) -> None:
         """Something may become startable at ``when``: wake then, if that is tonight."""
-        if self.window_end is not None and when >= self.window_end:
-            return  # not tonight
-        if self.wake_at is None or when < self.wake_at:
+        if (self.window_end is None or when < self.window_end) and (self.wake_at is None or when < self.wake_at):
             self.wake_at = when
