@@ -75,8 +75,7 @@ class Driver:
         self._told_waiting_at: float | None = None  # when (monotonic)
         self.started_at = clock.now()
         self.night = Night(spool=spool, config=config, host=self.host, clock=clock, log=self.log,
-                           notifier=Notifier(spool, self.log, clock=clock), runner=runner, slots=0,
-                           window_end=None)
+                           notifier=Notifier(spool, self.log, clock=clock), runner=runner)
         self._set_window(self.started_at, only_timed)
         self.finisher = Finisher(self.night)
         self.picker = Picker(self.night, self.finisher)
@@ -93,11 +92,9 @@ class Driver:
     @property
     def slots(self) -> int:
         """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots."""
-        if self._slots_override:
-            return self._slots_override
         if self.runner.executor == "slurm":
-            return self.config.slurm.max_jobs
-        return self.config.slots_for(self.host)
+            return self._slots_override or self.config.slurm.max_jobs
+        return self._slots_override or self.config.slots_for(self.host)
 
     @property
     def runner(self) -> Runner:
@@ -366,7 +363,7 @@ class Driver:
         and nothing (a stop, a record that cannot be written) forbids it."""
         night = self.night
         night.wake_at = None
-        while len(night.running) < night.slots and night.may_start():
+        while len(night.running) < night.slots and not (night.stopping or night.hard_stop or night.cannot_record):
             if night.window_end is not None and self.clock.now() >= night.window_end:
                 if not night.window_closed:
                     night.window_closed = True
@@ -374,8 +371,12 @@ class Driver:
                     self.log.event("window-closed", until=self.until.isoformat(timespec="auto"),
                                    left=len(night.index), note="jobs left stay queued for the next night")
                 return
-            if not self.starter.may_start():
-                return
+            if night.paused_until is not None:  # the executor took no job: start none until its pause ends
+                left = night.paused_until - self.clock.monotonic()
+                if left > 0:
+                    night.note_wake(self.clock.now() + timedelta(seconds=left))
+                    return
+                night.paused_until = None
             picked = self.picker.pick()
             if picked is None:
                 return
@@ -401,7 +402,8 @@ class Driver:
         """Seconds to sleep: until the next deadline, wake or tick, at most a poll interval."""
         night = self.night
         now_mono, now = self.clock.monotonic(), self.clock.now()
-        waits = [at - now_mono for at in (night.runner.next_deadline(), night.notifier.next_deadline()) if at is not None]
+        deadlines = (night.runner.next_deadline(), night.notifier.next_deadline())
+        waits = [at - now_mono for at in deadlines if at is not None]
         waits += [(when - now).total_seconds() for when in (night.wake_at, self._tick_at) if when is not None]
         return max(0.0, min([POLL if night.running else IDLE_POLL, *waits]))
 
@@ -413,7 +415,6 @@ class Driver:
                 or night.wake_at is not None and night.wake_at - self.clock.now() <= SETTLE_WAIT)
 
     def _handle_signals(self) -> None:
-        """Act on the signals caught since the last turn, in the order they came."""
         night = self.night
         while self.signals:
             sig = self.signals.pop(0)
