@@ -66,7 +66,6 @@ class Beat(Record):
     ended: datetime | None = None
 
     def to_json(self) -> dict:
-        """Every field, its times in ISO 8601."""
         return {"version": FORMAT, **{key: value.isoformat() if isinstance(value, datetime) else value
                                       for key, value in self._asdict().items()}}
 
@@ -242,8 +241,7 @@ class Heartbeat:
         self.log = log
         self._due = 0.0
         self._failed = False
-        now = clock.now()
-        pid = os.getpid()
+        now, pid = clock.now(), os.getpid()
         self.beat_ = Beat(host=host, pid=pid, start_ticks=process_start_ticks(pid), boot_id=boot_id(),
                           machine=os.uname().nodename, role=role, started_by=started_by(role), since=now,
                           state=BeatState.IDLE if role == Role.DAEMON else BeatState.DRAINING, updated=now)
@@ -251,7 +249,14 @@ class Heartbeat:
     def beat(self, **changes) -> None:
         """Write the heartbeat now, with ``changes`` (state, next_drain, next_by, ended)."""
         self.beat_ = self.beat_._replace(updated=self.clock.now(), **changes)
-        self._write()
+        self._due = self.clock.monotonic() + BEAT_EVERY
+        try:
+            replace_file(self.path, (json.dumps(self.beat_.to_json(), indent=1) + "\n").encode(), mode=0o644)
+            self._failed = False
+        except OniteError as err:
+            if not self._failed:  # once, not every 30 seconds
+                self.log.event("warning", error=str(err), note="the heartbeat was not written: status may say no driver runs")
+            self._failed = True
 
     def tick(self) -> None:
         """Rewrite the heartbeat if BEAT_EVERY seconds passed since the last write (cheap otherwise)."""
@@ -263,13 +268,3 @@ class Heartbeat:
         self.beat(state=BeatState.EXITED, ended=self.clock.now())
         if self._failed:
             remove_file(self.path)
-
-    def _write(self) -> None:
-        self._due = self.clock.monotonic() + BEAT_EVERY
-        try:
-            replace_file(self.path, (json.dumps(self.beat_.to_json(), indent=1) + "\n").encode(), mode=0o644)
-            self._failed = False
-        except OniteError as err:
-            if not self._failed:  # once, not every 30 seconds
-                self.log.event("warning", error=str(err), note="the heartbeat was not written: status may say no driver runs")
-            self._failed = True
