@@ -155,8 +155,7 @@ class Picker:
         found = cycles({key: seen.meta.after for key, (_, seen) in waiting.items()})
         for key, cycle in found.items():
             cand, seen = waiting[key]
-            owner = split_key(key)[0]
-            self.finisher.fail_unstarted(cand, seen.st, cycle_reason(cycle, owner))
+            self.finisher.fail_unstarted(cand, seen.st, cycle_reason(cycle, split_key(key)[0]))
         return bool(found)
 
     def _fits_elsewhere(self, need: Need) -> bool:
