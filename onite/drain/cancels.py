@@ -67,15 +67,13 @@ class CancelInbox:
             filed = file_withdrawn(night.spool, pending, by=requester, now=night.clock.now())
         except NotAJob as err:
             night.log.event("refused", name, owner=requester, reason=str(err))
-            return
         except SpoolIOError as err:  # a full disk: it stays in cancel/ for a later look
             self.finisher.note_cannot_record(str(err), name)
-            return
         except OniteError as err:
             night.log.event("error", name, error=str(err))
-            return
-        if filed is not None:
-            tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
+        else:
+            if filed is not None:
+                tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
 
     def _honour(self, request: Entry, requester: str) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""

@@ -75,15 +75,13 @@ class Driver:
         self._told_waiting_at: float | None = None  # when (monotonic)
         self.started_at = clock.now()
         self.night = Night(spool=spool, config=config, host=self.host, clock=clock, log=self.log,
-                           notifier=Notifier(spool, self.log, clock=clock), runner=runner, slots=0,
-                           window_end=None)
+                           notifier=Notifier(spool, self.log, clock=clock), runner=runner)
         self._set_window(self.started_at, only_timed)
-        night = self.night
-        self.finisher = Finisher(night)
-        self.picker = Picker(night, self.finisher)
-        self.starter = Starter(night, self.finisher)
-        self.cancels = CancelInbox(night, self.finisher)
-        self.recovery = Recovery(night, self.finisher, self._containment, self._limiter, self.make_runner)
+        self.finisher = Finisher(self.night)
+        self.picker = Picker(self.night, self.finisher)
+        self.starter = Starter(self.night, self.finisher)
+        self.cancels = CancelInbox(self.night, self.finisher)
+        self.recovery = Recovery(self.night, self.finisher, self._containment, self._limiter, self.make_runner)
         self.log.on_failure = self.finisher.note_cannot_record  # a night that cannot be logged stops
 
     @property
@@ -94,11 +92,9 @@ class Driver:
     @property
     def slots(self) -> int:
         """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots."""
-        if self._slots_override:
-            return self._slots_override
         if self.runner.executor == "slurm":
-            return self.config.slurm.max_jobs
-        return self.config.slots_for(self.host)
+            return self._slots_override or self.config.slurm.max_jobs
+        return self._slots_override or self.config.slots_for(self.host)
 
     @property
     def runner(self) -> Runner:
@@ -292,7 +288,14 @@ class Driver:
             self.finisher.prune()
         counts = night.counts
         if explain and not any(counts.values()) and not (night.stopping or night.window_closed or night.cannot_record):
-            self._explain_idle()
+            # nothing started and nothing was filed: why, in status's words
+            from onite.drain.verdicts import idle_summary
+
+            try:
+                queued, note = idle_summary(self.spool, self.clock.now(), euid=night.euid, host=self.host)
+            except OniteError as err:
+                queued, note = None, f"nothing was started (the queue could not be read: {err})"
+            self.log.event("nothing-due", queued=queued, note=note)
         reason = ("stopped" if night.stopping else "window closed" if night.window_closed
                   else CANNOT_RECORD if night.cannot_record else "drained")
         self.log.event("driver-exit", done=counts["done"], failed=counts["failed"], cancelled=counts["cancelled"],
@@ -360,7 +363,7 @@ class Driver:
         and nothing (a stop, a record that cannot be written) forbids it."""
         night = self.night
         night.wake_at = None
-        while len(night.running) < night.slots and night.may_start():
+        while len(night.running) < night.slots and not (night.stopping or night.hard_stop or night.cannot_record):
             if night.window_end is not None and self.clock.now() >= night.window_end:
                 if not night.window_closed:
                     night.window_closed = True
@@ -368,8 +371,12 @@ class Driver:
                     self.log.event("window-closed", until=self.until.isoformat(timespec="auto"),
                                    left=len(night.index), note="jobs left stay queued for the next night")
                 return
-            if not self.starter.may_start():
-                return
+            if night.paused_until is not None:  # the executor took no job: start none until its pause ends
+                left = night.paused_until - self.clock.monotonic()
+                if left > 0:
+                    night.note_wake(self.clock.now() + timedelta(seconds=left))
+                    return
+                night.paused_until = None
             picked = self.picker.pick()
             if picked is None:
                 return
@@ -395,25 +402,19 @@ class Driver:
         """Seconds to sleep: until the next deadline, wake or tick, at most a poll interval."""
         night = self.night
         now_mono, now = self.clock.monotonic(), self.clock.now()
-        timeout = POLL if night.running else IDLE_POLL
-        for deadline in (night.runner.next_deadline(), night.notifier.next_deadline()):
-            if deadline is not None:
-                timeout = min(timeout, max(deadline - now_mono, 0.0))
-        for when in (night.wake_at, self._tick_at):
-            if when is not None:
-                timeout = min(timeout, max((when - now).total_seconds(), 0.0))
-        return timeout
+        deadlines = (night.runner.next_deadline(), night.notifier.next_deadline())
+        waits = [at - now_mono for at in deadlines if at is not None]
+        waits += [(when - now).total_seconds() for when in (night.wake_at, self._tick_at) if when is not None]
+        return max(0.0, min([POLL if night.running else IDLE_POLL, *waits]))
 
     def _lingers(self) -> bool:
         """With nothing running, wait for the next not-before time? One that does not linger still waits
         a moment for a job being spooled now, and out an executor's pause."""
         night = self.night
-        if self.linger or night.paused_until is not None:
-            return True
-        return night.wake_at is not None and night.wake_at - self.clock.now() <= SETTLE_WAIT
+        return (self.linger or night.paused_until is not None
+                or night.wake_at is not None and night.wake_at - self.clock.now() <= SETTLE_WAIT)
 
     def _handle_signals(self) -> None:
-        """Act on the signals caught since the last turn, in the order they came."""
         night = self.night
         while self.signals:
             sig = self.signals.pop(0)
@@ -436,16 +437,6 @@ class Driver:
         """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
         self._handle_signals()
         return self.night.hard_stop
-
-    def _explain_idle(self) -> None:
-        """Nothing started and nothing was filed: log why, in status's words (onite.drain.verdicts)."""
-        from onite.drain.verdicts import idle_summary
-
-        try:
-            queued, note = idle_summary(self.spool, self.clock.now(), euid=self.night.euid, host=self.host)
-        except OniteError as err:
-            queued, note = None, f"nothing was started (the queue could not be read: {err})"
-        self.log.event("nothing-due", queued=queued, note=note)
 
     def _set_window(self, now: datetime, only_timed: bool) -> None:
         """This drain's window opens at ``now`` (until ``until``); ``only_timed``: for timed jobs only."""
@@ -478,19 +469,14 @@ class SignalCatcher:
         to their default, so that one that comes after the driver logged its exit cannot kill it."""
         self.sink = sink
         self.leaving = leaving
-        self.saved: dict[int, object] = {}
 
     def __enter__(self) -> int:
         self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-        for sig in self.SIGNALS:
-            self.saved[sig] = signal.signal(sig, self._handle)
+        self.saved = {sig: signal.signal(sig, lambda signum, _: self.sink.append(signum)) for sig in self.SIGNALS}
         # `onite run --detach` starts the driver with these blocked: what came meanwhile is handled now
         signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
         return self.read_fd
-
-    def _handle(self, signum, frame) -> None:
-        self.sink.append(signum)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.saved.items():

@@ -206,12 +206,9 @@ class Finisher:
         folder = night.spool.folder_for(rank, rank == 0)
         night.spool.ensure_queue_folder(folder)
         target = folder / name
-        try:
-            there = os.lstat(target).st_uid
-        except FileNotFoundError:
-            there = None
-        if there is not None and there == key_uid(name):
-            raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
+        with suppress(FileNotFoundError):
+            if os.lstat(target).st_uid == key_uid(name):
+                raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
 
     def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:

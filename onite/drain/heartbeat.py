@@ -66,7 +66,6 @@ class Beat(Record):
     ended: datetime | None = None
 
     def to_json(self) -> dict:
-        """Every field, its times in ISO 8601."""
         return {"version": FORMAT, **{key: value.isoformat() if isinstance(value, datetime) else value
                                       for key, value in self._asdict().items()}}
 
@@ -208,12 +207,7 @@ def started_by(role: Role) -> str:
     if said in ("cron", "timer", "hand", "systemd"):
         return said
     if os.environ.get("INVOCATION_ID"):
-        try:
-            with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
-                own = f.read(4096)
-        except OSError:
-            own = ""
-        return "timer" if "onite-driver.service" in own else "systemd"
+        return "timer" if "onite-driver.service" in read_small("/proc/self/cgroup", 4096) else "systemd"
     parent = comm(os.getppid())
     return "cron" if parent in CRON_NAMES else _typed_or_program(parent)
 
@@ -224,13 +218,18 @@ def _typed_or_program(parent: str) -> str:
     return "hand" if typed else f"program {parent}"
 
 
-def comm(pid: int | str) -> str:
-    """The name (comm) of process ``pid``, or "" if unknown."""
+def read_small(path: str, size: int) -> str:
+    """The first ``size`` characters of a small file (in /proc, a pid file), or "" if it cannot be read."""
     try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            return f.read(64).strip()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(size)
     except OSError:
         return ""
+
+
+def comm(pid: int | str) -> str:
+    """The name (comm) of process ``pid``, or "" if unknown."""
+    return read_small(f"/proc/{pid}/comm", 64).strip()
 
 
 class Heartbeat:
@@ -242,8 +241,7 @@ class Heartbeat:
         self.log = log
         self._due = 0.0
         self._failed = False
-        now = clock.now()
-        pid = os.getpid()
+        now, pid = clock.now(), os.getpid()
         self.beat_ = Beat(host=host, pid=pid, start_ticks=process_start_ticks(pid), boot_id=boot_id(),
                           machine=os.uname().nodename, role=role, started_by=started_by(role), since=now,
                           state=BeatState.IDLE if role == Role.DAEMON else BeatState.DRAINING, updated=now)
@@ -251,7 +249,14 @@ class Heartbeat:
     def beat(self, **changes) -> None:
         """Write the heartbeat now, with ``changes`` (state, next_drain, next_by, ended)."""
         self.beat_ = self.beat_._replace(updated=self.clock.now(), **changes)
-        self._write()
+        self._due = self.clock.monotonic() + BEAT_EVERY
+        try:
+            replace_file(self.path, (json.dumps(self.beat_.to_json(), indent=1) + "\n").encode(), mode=0o644)
+            self._failed = False
+        except OniteError as err:
+            if not self._failed:  # once, not every 30 seconds
+                self.log.event("warning", error=str(err), note="the heartbeat was not written: status may say no driver runs")
+            self._failed = True
 
     def tick(self) -> None:
         """Rewrite the heartbeat if BEAT_EVERY seconds passed since the last write (cheap otherwise)."""
@@ -263,13 +268,3 @@ class Heartbeat:
         self.beat(state=BeatState.EXITED, ended=self.clock.now())
         if self._failed:
             remove_file(self.path)
-
-    def _write(self) -> None:
-        self._due = self.clock.monotonic() + BEAT_EVERY
-        try:
-            replace_file(self.path, (json.dumps(self.beat_.to_json(), indent=1) + "\n").encode(), mode=0o644)
-            self._failed = False
-        except OniteError as err:
-            if not self._failed:  # once, not every 30 seconds
-                self.log.event("warning", error=str(err), note="the heartbeat was not written: status may say no driver runs")
-            self._failed = True

@@ -157,18 +157,10 @@ class RecurScheduler:
         back there)."""
         known = self._state.get(name, {})
         last = parse_stamp(known.get("last"))
-        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
-            if not set_back_since(last, now):
-                return last
+        if (last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat()
+                and not set_back_since(last, now)):
+            return last
         return tpl.submitted
-
-    def _run_in_flight(self, name: str, fire: datetime) -> str | None:
-        """A run of this template still queued (held too) or running, for a fire up to ``fire``: later fires
-        wait for it and are coalesced, never piled up. Found by name, so also one spooled by a driver killed
-        before it saved recur.state; one for a later fire (a clock set ahead since) holds nothing back."""
-        if self._queued_runs is None:  # listed once a look
-            self._queued_runs = runs_in_flight(self.spool, {name: tpl.uid for name, tpl in self.templates.items()})
-        return waited_for(self._queued_runs.get(name, []), name, fire)
 
     def try_spool_due(self, now: datetime) -> None:
         """``spool_due``, an error logged, not raised (what users put in recur/ never stops a night); after
@@ -242,7 +234,12 @@ class RecurScheduler:
         if fire is None:
             tpl.next = _next_after(tpl, now)
             return None
-        running = self._run_in_flight(name, fire)
+        # a run of this template still queued (held too) or running, for a fire up to ``fire``: later fires
+        # wait for it and are coalesced, never piled up. Found by name, so also one spooled by a driver killed
+        # before it saved recur.state; one for a later fire (a clock set ahead since) holds nothing back
+        if self._queued_runs is None:  # listed once a look
+            self._queued_runs = runs_in_flight(self.spool, {n: t.uid for n, t in self.templates.items()})
+        running = waited_for(self._queued_runs.get(name, []), name, fire)
         if running is not None:
             tpl.next = now + RETRY_AFTER
             if self._waiting.get(name) != running:  # once a run waited for, not at each look

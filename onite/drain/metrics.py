@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from datetime import datetime
+from types import SimpleNamespace
 
 from onite.core.errors import OniteError
 from onite.core.state import Result
@@ -26,16 +27,6 @@ WAITS = ("not_before", "retry", "after", "pinned", "resources")  # onite.drain.v
 
 def _rank_label(rank: int) -> str:
     return "urgent" if rank == 0 else str(rank)
-
-
-class _Families:
-    """A prometheus-client collector of families built beforehand: one look at the spool."""
-
-    def __init__(self, families: list) -> None:
-        self.families = families
-
-    def collect(self):
-        return iter(self.families)
 
 
 def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: dict[str, Counters],
@@ -124,7 +115,8 @@ def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters:
         for name, value in zip(drains, (c.drain_started, c.drain_ended, c.drain_exit, c.completed)):
             if value is not None:
                 drains[name].add_metric([h], value.timestamp() if isinstance(value, datetime) else value)
-    return _Families(families + [finished, *per_host.values(), run_time, *drains.values()])
+    families += [finished, *per_host.values(), run_time, *drains.values()]
+    return SimpleNamespace(collect=lambda: families)  # a collector of families built beforehand: one look at the spool
 
 
 def metrics_text(spool: SpoolDir, now: datetime) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 from onite.core.clock import Clock
 from onite.core.config import Config
 from onite.core.errors import Refused
-from onite.core.job import Job
 from onite.core.queue import Meta
 from onite.core.identity import Identity
 from onite.core.state import Outcome, Result
@@ -41,17 +40,6 @@ class JobFiles:
     def problem(self, st: os.stat_result, *, may_settle: bool = True) -> str | Settling:
         """Why a queued file must never run, SETTLING, or "" if it may (docs/security.md)."""
         return file_problem(st, max_size=self.max_size, resolve_uid=self.owner, may_settle=may_settle)
-
-    def keep(self, name: str, key: tuple, job: Job) -> Meta:
-        """Keep and return the fields eligibility needs of ``name``'s file (version ``key``)."""
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1,
-                    mem=job.mem, cpus=job.cpus, timeout=job.timeout)
-        self.meta[name] = (key, meta)
-        return meta
-
-    def known(self, name: str, key: tuple) -> Meta | None:
-        cached = self.meta.get(name)
-        return cached[1] if cached and cached[0] == key else None
 
     def owner(self, uid: int) -> Identity:
         """The account of ``uid``, remembered for IDENTITY_TTL seconds. Raises Refused: no such account."""
@@ -111,8 +99,8 @@ class Night:
     log: ActivityLog
     notifier: Notifier
     runner: Runner | None  # set by the driver once it holds its lock (a local runner needs it)
-    slots: int
-    window_end: datetime | None  # no job starts at or after it (``until``)
+    slots: int = 0  # set with the runner
+    window_end: datetime | None = None  # no job starts at or after it (``until``)
     only_timed: bool = False  # start only jobs whose not-before time has come (the daemon's timed wakes)
     index: QueueIndex = field(init=False)
     jobs: JobFiles = field(init=False)
@@ -165,13 +153,7 @@ class Night:
             used[run.owner.name] = used.get(run.owner.name, 0.0) + max(0.0, now - run.started_mono)
         return used
 
-    def may_start(self) -> bool:
-        """Neither a stop nor a record that cannot be written keeps jobs from starting."""
-        return not (self.stopping or self.hard_stop or self.cannot_record)
-
     def note_wake(self, when: datetime) -> None:
         """Something may become startable at ``when``: wake then, if that is tonight."""
-        if self.window_end is not None and when >= self.window_end:
-            return  # not tonight
-        if self.wake_at is None or when < self.wake_at:
+        if (self.window_end is None or when < self.window_end) and (self.wake_at is None or when < self.wake_at):
             self.wake_at = when

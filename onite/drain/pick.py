@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
-from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
 from datetime import datetime, timedelta
@@ -53,8 +52,7 @@ class Look(StrEnum):
     FOREIGN = "foreign"  #: another user's, and this driver is not root
 
 
-@dataclass
-class Inspection:
+class Inspection(Record):
     """A look at a queued file, and what the driver needs to act on it."""
 
     look: Look
@@ -97,8 +95,7 @@ class Picker:
             self.finisher.move_aside(stray.path, label, None, "its name is not a job key (USER:NAME)")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
-            self._room = self._head = None  # measured when the first ready job asks
-            self._others = None
+            self._room = self._head = self._others = None  # measured when the first ready job asks
             for cand in self._in_order(night.index.candidates()):
                 seen = self._look(cand)
                 if seen is None:
@@ -158,8 +155,7 @@ class Picker:
         found = cycles({key: seen.meta.after for key, (_, seen) in waiting.items()})
         for key, cycle in found.items():
             cand, seen = waiting[key]
-            owner = split_key(key)[0]
-            self.finisher.fail_unstarted(cand, seen.st, cycle_reason(cycle, owner))
+            self.finisher.fail_unstarted(cand, seen.st, cycle_reason(cycle, split_key(key)[0]))
         return bool(found)
 
     def _fits_elsewhere(self, need: Need) -> bool:
@@ -197,7 +193,6 @@ class Picker:
         return said
 
     def _in_order(self, cands):
-        """The candidates in the spool's ``order``."""
         if self.night.config.order != "fair":
             return cands
         used = self.night.usage()
@@ -273,9 +268,9 @@ class Picker:
                 return Inspection(Look.BAD, st, reason=urgent_refusal(user_name(st.st_uid)))
         edits = night.index.edits.of(cand.name)  # its new limits, if it was edited (onite.spool.edits)
         key = (st.st_ino, st.st_ctime_ns, st.st_size, tuple(edits))
-        meta = night.jobs.known(cand.name, key)
-        if meta is not None:
-            return Inspection(Look.OK, st, meta)
+        known = night.jobs.meta.get(cand.name)
+        if known is not None and known[0] == key:
+            return Inspection(Look.OK, st, known[1])
         try:
             job, st2 = read_job_head(cand.path, night.jobs.max_size)  # its body is read as it starts
         except FileNotFoundError:
@@ -285,7 +280,10 @@ class Picker:
         if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key[:3]:
             return Inspection(Look.MOVED)
         job, _ = edited(job, edits, night.jobs.max_size)
-        return Inspection(Look.OK, st, night.jobs.keep(cand.name, key, job))
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1,
+                    mem=job.mem, cpus=job.cpus, timeout=job.timeout)
+        night.jobs.meta[cand.name] = (key, meta)
+        return Inspection(Look.OK, st, meta)
 
     def _settling_problem(self, cand: Candidate, st: os.stat_result) -> str | Settling:
         """A queued file with a second link: a submit between its link and its unlink (no renameat2), for

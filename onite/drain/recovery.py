@@ -95,9 +95,8 @@ class Recovery:
         room another's cancel frees, run unwatched, and be cut short by its own cancel and run again."""
         night = self.night
         paths = {name: night.spool.run_record_path(night.host, name) for name in jobs}
-        records = {name: runrecords.read(path) for name, path in paths.items()}
-        in_flight = {name: rec for name, rec in records.items()
-                     if rec is not None and not rec.damaged and not rec.ended and rec.info.get("executor") == "slurm"}
+        in_flight = {name: rec for name, path in paths.items() if (rec := runrecords.read(path)) is not None
+                     and not rec.damaged and not rec.ended and rec.info.get("executor") == "slurm"}
         for unstarted in (True, False):  # those still pending in Slurm first, then those that free room
             for name, rec in in_flight.items():
                 if name in self._cancelled_ahead:
@@ -118,39 +117,32 @@ class Recovery:
         if rec is None or rec.damaged:  # a claim always has a readable record: this is damage
             self._damaged(name, path, record_path, rec)
             return
-        info = rec.info
+        info, machine = rec.info, rec.info.get("machine")
         if self._already_filed(name, path, info):
             return
         if info.get("executor") == "slurm":
             self._unmonitored(name, path, rec)
-            return
-        if not rec.started_job:
+        elif not rec.started_job:
             # the monitor records itself before it forks the job, holding the driver lock until then
             self.requeue(name, path, info, "it had not started", rerun=False)
-            return
-        if rec.ended:
+        elif rec.ended:
             if not self.monitor_alive(rec):  # died after recording the end: its clean-up is ours
                 self.stop_orphans(rec)
             self._file(name, path, rec)
-            return
-        machine = info.get("machine")
-        if machine and machine != night.machine:
+        elif machine and machine != night.machine:
             self.requeue(name, path, info, f"it ran on {machine}, which cannot be checked from here; "
                          "how it ended is unknown", rerun=True)
-            return
-        if info.get("boot") and info.get("boot") != boot_id():
+        elif info.get("boot") and info.get("boot") != boot_id():
             self.requeue(name, path, info, "the machine restarted while it ran; how it ended is unknown", rerun=True)
-            return
-        if self._adopt(name, path, rec):
-            return
-        # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer). It may have ended
-        # just now, or been killed ending what its job left: its leader's status was kept
-        rec = (runrecords.read(record_path) or rec).kept()
-        what = self.stop_orphans(rec)
-        if rec.ended:
-            self._file(name, path, rec)
-            return
-        self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
+        elif not self._adopt(name, path, rec):
+            # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer). It may have ended
+            # just now, or been killed ending what its job left: its leader's status was kept
+            rec = (runrecords.read(record_path) or rec).kept()
+            what = self.stop_orphans(rec)
+            if rec.ended:
+                self._file(name, path, rec)
+            else:
+                self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _damaged(self, name: str, path: Path, record_path: Path, rec: RunRecord | None) -> None:
         """A claim whose record is gone or damaged: nothing says whether it ran. What runs of it is

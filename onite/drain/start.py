@@ -7,7 +7,7 @@ first owns the job; a claim that fails takes its record with it; the claimed fil
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from onite.core.errors import JobFormatError, NotFound, OniteError
 from onite.core.job import Job
@@ -33,18 +33,6 @@ class Starter:
         self.night = night
         self.finisher = finisher
         self._seq = 0
-
-    def may_start(self) -> bool:
-        """False while the executor's pause lasts (the driver is told to wake when it ends)."""
-        night = self.night
-        if night.paused_until is None:
-            return True
-        left = night.paused_until - night.clock.monotonic()
-        if left > 0:
-            night.note_wake(night.clock.now() + timedelta(seconds=left))
-            return False
-        night.paused_until = None
-        return True
 
     def start(self, picked: Picked) -> None:
         """Record, claim and start ``picked``, held to what it was admitted with; a failure is filed,
@@ -147,17 +135,15 @@ class Starter:
                                stderr_path=night.spool.stderr_path(run.name), record_fd=record_fd)
         except NoRecord as err:
             finisher.put_back_unstarted(run, str(err))
-            return
         except Unavailable as err:
             finisher.pause_starts(run, str(err))
-            return
         except SpawnError as err:
             night.log.event("start-failed", run.name, user=run.owner.name, reason=str(err))
             finisher.record(run, Outcome(reason=str(err), never_started=True), night.clock.now())
-            return
-        night.pause = 0.0
-        night.running[run.name] = run
-        night.starts.claimed(run)  # its start is logged when its runner says it started
+        else:
+            night.pause = 0.0
+            night.running[run.name] = run
+            night.starts.claimed(run)  # its start is logged when its runner says it started
 
     def _as_admitted(self, name: str, job: Job, picked: Picked, *, log: bool) -> Job:
         """The job, held to the request and time limit it was admitted with: its owner may rewrite its file

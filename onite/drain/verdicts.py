@@ -64,14 +64,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             continue
         job, _ = edited(job, trusted(doomed.edit_markers, name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
-        asking = _asking(spool, withdrawn, asked)
-
-        def dependency(dep: str) -> DepState:
-            state = asking(dep)
-            if state is DepState.PENDING and doomed(dep):
-                return DepState.FAILED  # queued, but the driver fails it when it picks it: so this one too
-            return state
-
+        dependency = _asking(spool, withdrawn, asked, doomed)
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=reader)
         verdict = chained(verdict, asked, doomed, reader)
@@ -108,12 +101,13 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     return found
 
 
-def _asking(spool: SpoolDir, withdrawn: Withdrawn, asked: list[tuple[str, DepState]]):
-    """onite.spool.deps.dependency_state, each key asked and its answer appended to ``asked``."""
+def _asking(spool: SpoolDir, withdrawn: Withdrawn, asked: list[tuple[str, DepState]], doomed: "_Doomed | None" = None):
+    """onite.spool.deps.dependency_state, each key asked and its answer appended to ``asked``; with ``doomed``, a
+    queued dependency the driver fails when it picks it is failed: so is the job that waits for it."""
     def dependency(dep: str) -> DepState:
         state = dependency_state(spool, dep, withdrawn)
         asked.append((dep, state))
-        return state
+        return DepState.FAILED if doomed is not None and state is DepState.PENDING and doomed(dep) else state
     return dependency
 
 
