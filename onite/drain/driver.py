@@ -92,9 +92,11 @@ class Driver:
     @property
     def slots(self) -> int:
         """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots."""
+        if self._slots_override:
+            return self._slots_override
         if self.runner.executor == "slurm":
-            return self._slots_override or self.config.slurm.max_jobs
-        return self._slots_override or self.config.slots_for(self.host)
+            return self.config.slurm.max_jobs
+        return self.config.slots_for(self.host)
 
     @property
     def runner(self) -> Runner:
