@@ -1135,8 +1135,8 @@ def test_a_retry_goes_back_to_the_folder_it_was_claimed_from(spool):
 def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(spool):
     """``nobody`` drops a job file as cancel/backup@x after root's backup failed, and root's later
     jobs have backup's record pruned: root's morning report must still say backup failed, not
-    "cancelled by nobody" (the refused withdrawal was once logged as backup's ``cancelled`` line).
-    (nobody's own junk once did the pruning too; each user now keeps their own last ``keep``.)"""
+    "cancelled by nobody" (a refused withdrawal is logged as refused, never as backup's ``cancelled``
+    line); nobody's own junk prunes nothing of root's: each user keeps their own last ``keep``."""
     set_config(spool, keep=2)
     submit("backup", "echo disk full; exit 3\n")
     assert drain(spool).returncode == 0

@@ -1070,10 +1070,10 @@ def test_a_log_line_a_full_disk_cut_never_swallows_the_next_drains_lines(small_d
 @pytest.mark.attack
 def test_a_drain_a_users_output_stopped_on_a_full_disk_is_told_as_it_is(small_disk, workdir):
     """nobody's job writes until the spool's disk is full, beside daemon's payroll, which then ends (exit 0):
-    its result cannot be written, and the driver exits 4. The morning report said payroll was 'running on vm
-    since 08:27' (nothing ran), that daemon's other job 'waits for the next drain' (which stops the same way
-    while the disk is full), and nowhere that the drain stopped; status said nothing of the full disk.
-    Each now says what is so; once there is room, payroll is filed once and its output is whole."""
+    its result cannot be written, and the driver exits 4. The morning report says the drain stopped because
+    it could not record a run, never that payroll is 'running' (nothing runs) or that daemon's other job
+    merely 'waits for the next drain' (which stops the same way while the disk is full); status says so
+    too. Once there is room, payroll is filed once and its output is whole."""
     mnt, spool = small_disk
     set_config(spool, slots=2)
     ledger, gate = workdir / "ledger", workdir / "gate"

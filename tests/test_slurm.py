@@ -1471,12 +1471,11 @@ def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_
 @needs_root
 @pytest.mark.attack
 def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool, workdir):
-    """Sbatch runs as the job's owner, who may stop it (SIGSTOP, found in /proc): the
-    driver waited for it, up to 60 s, and meanwhile polled nothing, enforced no time limit and
-    started nothing, for every user (daemon's ``--timeout 5s`` job ran on and was filed done). Here
-    nobody's sbatch stops itself as it starts (a wrapper first in the driver's PATH stands for the
-    user's kill -STOP, which races it). sbatch now runs beside the driver's loop: daemon's job is
-    timed out at its time, and nobody's fails once its sbatch is past 60 s."""
+    """Sbatch runs as the job's owner, who may stop it (SIGSTOP, found in /proc). It runs beside the
+    driver's loop, never waited for by it: the loop goes on polling, enforcing time limits and starting
+    other users' jobs. Here nobody's sbatch stops itself as it starts (a wrapper first in the driver's
+    PATH stands for the user's kill -STOP, which races it): daemon's ``--timeout 5s`` job is timed out
+    at its time, and nobody's fails once its sbatch is past 60 s."""
     tools = workdir / "tools"
     tools.mkdir()
     (tools / "sbatch").write_text(f'#!/bin/sh\n[ "$(id -u)" = {pwd.getpwnam("nobody").pw_uid} ] && kill -STOP $$\n'
