@@ -475,3 +475,17 @@ def test_a_hybrid_host_is_said_where_containment_and_limits_name_different_cgrou
     at = next(i for i, line in enumerate(lines) if line.startswith("limits    last drain: cgroup v1"))
     assert lines[at + 1] == ("          a hybrid host: jobs are contained in cgroup2, their limits set by its cgroup "
                              "v1 controllers"), lines
+
+
+def test_last_night_names_failures_in_the_reports_order(spool):
+    """A job that fails and its dependant, failed for it in the same second: status's "last night" (read from
+    onite.log's whole seconds) names them in the report's order (read from the records), the one that ran
+    first, although the dependant's name sorts first."""
+    submit("zz-first", "exit 3\n")
+    submit("aa-dep", "true\n", "--after", "zz-first")
+    assert drain(spool).returncode == 0
+    report = run_cli(["report", "--json"]).json()
+    failed = [job["name"] for job in report["jobs"] if job["state"] == "failed"]
+    assert failed == ["zz-first", "aa-dep"], report["jobs"]
+    assert run_cli(["status", "--json"]).json()["last_night"]["failed"] == failed
+    assert "2 failed (zz-first, aa-dep)" in run_cli(["status"]).out

@@ -246,7 +246,10 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         if (view.name, view.user) in latest:
             reruns.setdefault((view.name, view.user), []).append(view)
     earlier = [view for view in earlier if (view.name, view.user) not in latest]
-    jobs = sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    # in one second of the log (whole seconds), a job that ran comes before one that never did: a dependant
+    # failed for it is filed after it, as the records' finer times say
+    jobs = sorted(views + pruned + earlier,
+                  key=lambda j: (j.state != "failed", j.started or j.finished, j.started is None, j.name))
     if user is None and reader != 0:  # a user's morning starts with what is theirs to act on
         jobs.sort(key=lambda job: job.uid != reader)
     unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
