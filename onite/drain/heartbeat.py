@@ -20,7 +20,7 @@ from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import OniteError
 from onite.core.record import Record
 from onite.exec.contain import boot_id, is_zombie, process_start_ticks
-from onite.spool.files import remove_file, replace_file
+from onite.spool.files import read_small, remove_file, replace_file
 from onite.spool.locks import leave_wake
 from onite.spool.paths import HEARTBEAT, SpoolDir
 
@@ -207,7 +207,7 @@ def started_by(role: Role) -> str:
     if said in ("cron", "timer", "hand", "systemd"):
         return said
     if os.environ.get("INVOCATION_ID"):
-        return "timer" if "onite-driver.service" in read_small("/proc/self/cgroup", 4096) else "systemd"
+        return "timer" if "onite-driver.service" in small_text("/proc/self/cgroup", 4096) else "systemd"
     parent = comm(os.getppid())
     return "cron" if parent in CRON_NAMES else _typed_or_program(parent)
 
@@ -218,18 +218,17 @@ def _typed_or_program(parent: str) -> str:
     return "hand" if typed else f"program {parent}"
 
 
-def read_small(path: str, size: int) -> str:
-    """The first ``size`` characters of a small file (in /proc, a pid file), or "" if it cannot be read."""
+def small_text(path: str, size: int) -> str:
+    """spool.files.read_small of a file in /proc or a pid file, as text; "" if it cannot be read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(size)
+        return read_small(path, size).decode("utf-8", "replace")
     except OSError:
         return ""
 
 
 def comm(pid: int | str) -> str:
     """The name (comm) of process ``pid``, or "" if unknown."""
-    return read_small(f"/proc/{pid}/comm", 64).strip()
+    return small_text(f"/proc/{pid}/comm", 64).strip()
 
 
 class Heartbeat:

@@ -16,7 +16,7 @@ from onite.core.record import Record
 from onite.core.resources import never_fits, request_of
 from onite.core.timeparse import clock_text
 from onite.drain import heartbeat as hb
-from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm, read_small
+from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm, small_text
 from onite.spool.cronrecords import read_records
 from onite.spool.settings import default_host
 
@@ -86,7 +86,7 @@ def starter_text(starter: Starter, now: datetime) -> str:
 def cron_daemon_running() -> bool:
     """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
     for pidfile in CRON_PIDFILES:
-        pid = read_small(pidfile, 32).strip()
+        pid = small_text(pidfile, 32).strip()
         if pid.isdigit() and comm(pid) in CRON_NAMES:
             return True
     if not _proc_shows_others():
