@@ -40,6 +40,11 @@ class Meta(Record):
     cpus: int | None = None
     timeout: timedelta | None = None
 
+    @classmethod
+    def of(cls, job) -> Meta:
+        """What the scheduler needs of ``job`` (a core.job.Job)."""
+        return cls(job.after, job.not_before, job.pin, job.attempt > 1, job.mem, job.cpus, job.timeout)
+
 
 class Ready(Record):
     """The job may start now."""

@@ -280,8 +280,7 @@ class Picker:
         if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key[:3]:
             return Inspection(Look.MOVED)
         job, _ = edited(job, edits, night.jobs.max_size)
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1,
-                    mem=job.mem, cpus=job.cpus, timeout=job.timeout)
+        meta = Meta.of(job)
         night.jobs.meta[cand.name] = (key, meta)
         return Inspection(Look.OK, st, meta)
 

@@ -65,7 +65,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         job, _ = edited(job, trusted(doomed.edit_markers, name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
         dependency = _asking(spool, withdrawn, asked, doomed)
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
+        meta = Meta.of(job)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=reader)
         verdict = chained(verdict, asked, doomed, reader)
         if verdict is READY:
