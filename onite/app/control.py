@@ -242,6 +242,7 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
 
 
 def _gid_of(entry: Entry) -> int:
+    """The group of the job's file, else its owner's primary group."""
     try:
         return os.lstat(entry.path).st_gid
     except OSError:

@@ -173,7 +173,9 @@ def _died(drain: Drain) -> None:
 
 def _clock(text: str | None) -> str | None:
     """``07:00`` of the log's ``07:00:00``; ``07:00:30`` as it is."""
-    return text[:5] if text and len(text) == 8 and text.endswith(":00") else text or None
+    if not text:
+        return None
+    return text[:5] if len(text) == 8 and text.endswith(":00") else text
 
 
 def integer(text: str | None) -> int | None:

@@ -145,6 +145,7 @@ def job_line(final: Final) -> str:
 
 
 def _pause(clock: Clock, delay: float, deadline: float | None) -> float:
+    """Sleep ``delay`` seconds, or until ``deadline``; the next delay."""
     clock.sleep(delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0)))
     return min(delay * POLL_GROWTH, POLL_MAX)
 

@@ -95,7 +95,8 @@ class SpoolIOError(OniteError):
 
 
 _IO_HINTS = {
-    **dict.fromkeys((errno.EPERM, errno.EACCES), "you lack the permission; ask the spool's administrator"),
+    errno.EPERM: "you lack the permission; ask the spool's administrator",
+    errno.EACCES: "you lack the permission; ask the spool's administrator",
     errno.EFBIG: "the job is larger than your file-size limit (ulimit -f)",
     errno.ENOSPC: "the spool's file system is full; free some space and try again",
     errno.EROFS: "the spool's file system is read-only",

@@ -50,7 +50,7 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
             except DamagedRecord:
                 owner = UNKNOWN_OWNER
             except SpoolIOError:
-                pass
+                owner = None
             if owner is None:
                 kept.append((mtime, name))  # unreadable for now: counted against no one, removed by no one
                 continue

@@ -83,7 +83,7 @@ def find_running(spool: SpoolDir, name: str) -> list[Entry]:
 
 
 def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
-    """Raises SpoolIOError."""
+    """The entry ``folder/name``, or None if there is none. Raises SpoolIOError."""
     try:
         st = os.lstat(f"{folder}/{name}")  # a Path only for what is found
     except (FileNotFoundError, NotADirectoryError):
