@@ -97,7 +97,7 @@ class Beat(Record):
         return f"pid={self.pid} host={self.host} since={self.since.isoformat()} role={self.kind} started_by={self.started_by}"
 
 
-def _proc_shows_others() -> bool:
+def proc_shows_others() -> bool:
     """Can this process see other users' processes in /proc (no ``hidepid``)? pid 1 is root's."""
     return os.path.exists("/proc/1/stat")
 
@@ -114,7 +114,7 @@ def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str
         ticks = process_start_ticks(beat.pid)
         if ticks is not None:  # a zombie (killed, its parent has not reaped it yet) drains nothing
             return (beat.start_ticks is None or ticks == beat.start_ticks) and not is_zombie(beat.pid)
-        if _proc_shows_others() or beat.pid == os.getpid():
+        if proc_shows_others() or beat.pid == os.getpid():
             return False
     return (now - beat.updated).total_seconds() <= STALE_AFTER
 

@@ -16,7 +16,7 @@ from onite.core.record import Record
 from onite.core.resources import never_fits, request_of
 from onite.core.timeparse import clock_text
 from onite.drain import heartbeat as hb
-from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm, small_text
+from onite.drain.heartbeat import CRON_NAMES, proc_shows_others, comm, small_text
 from onite.spool.cronrecords import read_records
 from onite.spool.settings import default_host
 
@@ -89,7 +89,7 @@ def cron_daemon_running() -> bool:
         pid = small_text(pidfile, 32).strip()
         if pid.isdigit() and comm(pid) in CRON_NAMES:
             return True
-    if not _proc_shows_others():
+    if not proc_shows_others():
         return True
     return any(entry.isdigit() and comm(entry) in CRON_NAMES for entry in os.listdir("/proc"))
 
