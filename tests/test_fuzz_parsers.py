@@ -35,7 +35,8 @@ def good_job(**overrides) -> Job:
                   env={b"PATH": b"/usr/bin:/bin", b"PS1": b"\x1b[1m$ "}, body=b"#!/bin/sh\necho hi\n",
                   timeout=timedelta(hours=2), retries=2, attempt=2, after=("alice:backup",),
                   not_before=WHEN + timedelta(hours=8), pin="node1", recur="alice:nightly-tpl",
-                  tried=(Attempt(attempt=1, started=WHEN, finished=WHEN, host="vm", exit_code=1, reason="exit 1"),))
+                  tried=(Attempt(attempt=1, started=WHEN, finished=WHEN, host="vm", exit_code=1, reason="exit 1"),),
+                  mem=1536, cpus=2)
     fields.update(overrides)
     return Job(**fields)
 
@@ -114,9 +115,9 @@ def test_decode_mutated_job_files(data):
 # every number a job file (or an edit, or a template) holds is written as onite writes it: int() and float() alone
 # take other digits ('\u0663', '\uff13'), signs, blanks, '_' and (in base 8) '0o', which a shell or grep reads otherwise
 NUMBERS = {"priority": r"[0-9]+", "umask": r"[0-7]+", "retries": r"[0-9]+", "attempt": r"[0-9]+",
-           "timeout": r"[0-9]+(?:\.[0-9]+)?"}
+           "timeout": r"[0-9]+(?:\.[0-9]+)?", "cpus": r"[0-9]+", "mem": r"[0-9]+[KMGT]?"}
 number_texts = st.text(st.characters(whitelist_categories=("Nd", "No", "Nl", "Zs"))
-                       | st.sampled_from(list("0123456789+-_.oxe\t\u00a0\u2028")), min_size=1, max_size=8)
+                       | st.sampled_from(list("0123456789+-_.oxe\t\u00a0\u2028KMGTkmgt")), min_size=1, max_size=8)
 
 
 @FUZZ
@@ -126,6 +127,9 @@ number_texts = st.text(st.characters(whitelist_categories=("Nd", "No", "Nl", "Zs
 @example("timeout", "1_0")
 @example("retries", " 2")
 @example("attempt", "+2")
+@example("cpus", " 2")
+@example("mem", "1g")
+@example("mem", "1G ")
 @pytest.mark.attack
 def test_a_number_in_a_job_file_is_ascii_digits_or_the_file_is_damaged(key, text):
     line = next(line for line in HEADER_LINES if line.startswith(key.encode() + b": "))

@@ -208,8 +208,15 @@ def _stderr_separate(text: str) -> bool:
     return text == "separate"
 
 
+_REQUEST = {"mem": re.compile(r"[0-9]{1,16}[KMGT]?"), "cpus": re.compile(r"[0-9]{1,16}")}  # as encode writes them
+
+
 def _request(parse, text: str, what: str) -> int:
-    """The ``mem:`` or ``cpus:`` value as ``parse`` reads it, its InvalidInput a ValueError."""
+    """The ``mem:`` or ``cpus:`` value as ``parse`` reads it, written as onite writes it (``parse`` also takes
+    blanks and a lower-case unit, as typed on a command line); its InvalidInput a ValueError."""
+    if _REQUEST[what].fullmatch(text) is None:
+        raise ValueError(f"{what} {text[:40]!r} is not written as onite writes it (ASCII digits"
+                         f"{', then K, M, G or T' if what == 'mem' else ''})")
     try:
         return parse(text, what=what)
     except InvalidInput as err:
