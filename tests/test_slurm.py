@@ -1053,6 +1053,26 @@ def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_
     assert (slurm_spool / "jobs" / "P3" / "root:orphan").exists()
 
 
+def test_recover_host_that_cannot_stop_a_slurm_job_keeps_its_claim_and_says_so(slurm_spool, workdir):
+    """A dead host's Slurm job that recover --host cannot cancel nor ask about (no controller) stays claimed
+    for the next driver: recover does not call it recovered, and the dead driver is not marked as over, so
+    ``onite status`` still warns of it; once Slurm answers, a second recover takes it back."""
+    marker = workdir / "started"
+    submit("orphan", f"touch {marker}; sleep 300\n", "-p", "3")
+    kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
+    empty = workdir / "empty-slurm.conf"  # Slurm's commands refuse it at once
+    empty.write_text("")
+    blind = run_cli(["recover", "--host", "gone", "--force"], env=dict(os.environ, SLURM_CONF=str(empty)))
+    assert blind.code == 0, blind
+    assert "recovered" not in blind.out and "claimed for its next driver" in blind.out and "orphan" in blind.out, blind
+    assert (slurm_spool / "running" / "gone" / "root:orphan").exists()
+    assert json.loads((slurm_spool / "driver.gone.state").read_text())["state"] != "exited"
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0 and "recovered 1 job(s) of host gone: orphan" in r.out, r
+    assert (slurm_spool / "jobs" / "P3" / "root:orphan").exists()
+    assert json.loads((slurm_spool / "driver.gone.state").read_text())["state"] == "exited"
+
+
 def test_a_recover_host_killed_after_its_cancels_leaves_the_next_to_run_the_job_again(slurm_spool, workdir):
     """recover --host sent the dead host's Slurm jobs their cancels before writing anything: killed just after, it left
     the next recover a job Slurm says was CANCELLED and a record with no stop line, which it filed as cancelled

@@ -92,12 +92,16 @@ def recover(
             "requeue them? [y/N] "):
         print("nothing changed")
         return
-    done, left = Driver(target, host=host).recover_host()  # requeued (or failed, per on_interrupt)
-    if done or not left:
+    done, left, kept = Driver(target, host=host).recover_host()  # requeued (or failed, per on_interrupt)
+    if done or not (left or kept):
         print(f"recovered {len(done)} job(s) of host {host}: {', '.join(map(label, done))}")
     if left:
         print(f"left {len(left)} job(s) of host {host} still running under their monitors on this machine: "
               f"{', '.join(map(label, left))} — its next driver adopts them: onite run --host {host}")
+    if kept:
+        print(f"left {len(kept)} job(s) of host {host} claimed for its next driver, for they may still run and "
+              f"cannot be stopped now: {', '.join(map(label, kept))} — onite log says why; run onite recover "
+              f"--host {host} again once they can")
 
 
 @command()

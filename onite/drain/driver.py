@@ -173,9 +173,10 @@ class Driver:
                     self.log.close()
         return EXIT_FAILURE if self.night.cannot_record else 0
 
-    def recover_host(self) -> tuple[list[str], list[str]]:
+    def recover_host(self) -> tuple[list[str], list[str], list[str]]:
         """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; the names of
-        those recovered, and of those left to their live monitors on this machine.
+        those recovered, of those left to their live monitors on this machine, and of those kept claimed for
+        the next driver (a Slurm job that cannot be stopped or asked about now, a claim that could not be read).
         Raises Refused: a driver of that host holds its lock (it is alive)."""
         night = self.night
         lock = take_host_lock(self.spool, self.host, self.started_at, role="recover")
@@ -192,10 +193,13 @@ class Driver:
             # whose monitor lives is left for its host's next driver to adopt
             self.recovery.watches = False
             self.recovery.recover()
-            left = self.recovery.left
-            if not left:
+            # what is still claimed, we holding the lock, is not recovered: only with none is the driver over
+            remaining = {name for name in claims if os.path.lexists(running_dir / name)}
+            if not remaining:
                 hb.recovered(self.spool, self.host, self.clock.now())
-            return [c for c in claims if c not in left], left
+            left = self.recovery.left
+            return ([c for c in claims if c not in remaining], left,
+                    [c for c in claims if c in remaining and c not in left])
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
             night.metrics.flush()
