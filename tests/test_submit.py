@@ -149,6 +149,16 @@ def test_bad_options_are_told_before_stdin_is_read(spool, cli, args, stdin, line
     assert r.code == 2 and "stdin" not in r.err and r.err.count("\n") == 1, r
 
 
+@pytest.mark.parametrize("args", [["--after", "nosuch"], ["--mem", "1000T"], ["--notify", "mail"], []])
+def test_what_the_spool_says_of_the_options_and_name_is_told_before_stdin_is_read(spool, cli, args):
+    """A wrong --after, a request the host cannot hold, mail without sendmail, a name already queued: said at
+    once, not after a long pipe ends (an empty stdin would otherwise be the error)."""
+    cli(["submit", "taken"], stdin=b"true\n")
+    set_config(spool, sendmail="/nonexistent/sendmail")
+    r = cli(["submit", "job" if args else "taken", *args], stdin=b"")
+    assert r.code != 0 and "stdin" not in r.err and r.err.count("\n") == 1, r
+
+
 def test_empty_or_missing_stdin(spool, cli):
     r = cli(["submit", "empty"], stdin=b"")
     assert r.code == 2 and "the job text on stdin is empty" in r.err

@@ -359,7 +359,8 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
         said = confirmation(target, names, jobs[0], held=request.hold, now=now) if confirm else None
         return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
     limit = target.config.max_job_size
-    if not request.body:
+    if not request.body:  # what the spool says of the options and the name is told before a long pipe is read
+        checked_jobs(target, request._replace(body=b":\n"), [(request.name, b":\n")], capture(now), identity.current())
         request = request._replace(body=read_job_text(limit))
     elif len(request.body) > limit:
         raise InvalidInput(f"the command is longer than max_job_size ({limit} bytes)",
