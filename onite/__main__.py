@@ -134,29 +134,34 @@ def _dispatch(args: list[str]) -> int | None:
         if option in ACTIONS and not sub:  # `onite --show-completion` with no SHELL (typer's options need a value)
             complete_shell(option, None)  # the shell in use
             return 0
-        _say(f"onite: {_usage_message(err)} — see: onite {''.join(s + ' ' for s in sub)}--help")
+        _say(f"onite: {_usage_message(err, args)} — see: onite {''.join(s + ' ' for s in sub)}--help")
         return getattr(err, "exit_code", 2)
     return result  # a command returns its exit code, None for 0 (_exit_code)
 
 
-def _usage_message(err) -> str:
-    """The parser's message; a number option given something else says what was typed in words (click's own,
-    ``'1.5' is not a valid int.``, reads as a programmer's)."""
-    typed, not_valid, _ = getattr(err, "message", "").rpartition(" is not a valid int")
-    opts = getattr(getattr(err, "param", None), "opts", None)
-    if not not_valid or not opts:
+def _usage_message(err, args: list[str]) -> str:
+    """The parser's message; a number option given something else, or a number out of its range, is said as every
+    bad value is (onite.core.errors.bad_value), not in click's words (``'1.5' is not a valid int.``, ``101 is not
+    in the range 0<=x<=100.``)."""
+    param, message = getattr(err, "param", None), getattr(err, "message", "")
+    typed, not_valid, _ = message.rpartition(" is not a valid int")
+    number, out_of_range, _ = message.partition(" is not in the range ")
+    if not getattr(param, "opts", None) or not (not_valid or out_of_range):
         return err.format_message()
     import ast
 
+    from onite.core.errors import bad_value
+
     try:
-        value = ast.literal_eval(typed)  # click quotes it with repr()
-        value.encode()
-        said = "is not a whole number"
-    except UnicodeEncodeError:
-        said = "is not text (its bytes are not UTF-8)"
-    except (ValueError, SyntaxError, AttributeError):
+        value = ast.literal_eval(typed) if not_valid else number  # click quotes what was typed with repr()
+    except (ValueError, SyntaxError):
         return err.format_message()
-    return f"{' / '.join(opts)}: '{value}' {said}"  # _say shows bytes that are not UTF-8 as typed
+    low, high = getattr(param.type, "min", None), getattr(param.type, "max", None)
+    expected = "a whole number" + (f" from {low} to {high}" if high is not None else
+                                   f" of at least {low}" if low is not None else "")
+    option = next((opt for opt in param.opts if any(arg == opt or arg.startswith(opt + "=") for arg in args)),
+                  param.opts[-1])  # as typed
+    return bad_value(option, value, expected).what
 
 
 class _StdoutFile(io.FileIO):

@@ -677,15 +677,20 @@ def test_every_refusal_spells_a_byte_that_is_not_utf8_as_the_rest_do(spool, args
 
 
 
-def test_a_number_option_given_something_else_says_what_was_typed(spool):
-    """The parser's own words ('Invalid value for ...: '1.5' is not a valid int.') are rewritten to quote
-    what was typed and say what it should be (or that its bytes are not text)."""
-    r = _onite(spool, "submit", "ok", "-p", "1.5", stdin=b"true\n")
-    assert r.returncode == 2 and r.stderr.decode() == (
-        "onite: -p / --priority: '1.5' is not a whole number — see: onite submit --help\n"), r
-    r = _onite(spool, "log", "-n", os.fsdecode(b"\xff"))
-    assert r.returncode == 2 and r.stderr.decode().startswith(
-        "onite: -n / --lines: '\\xff' is not text (its bytes are not UTF-8)"), r
+@pytest.mark.parametrize("args, said", [
+    (["submit", "ok", "-p", "1.5"], "-p '1.5': expected a whole number — see: onite submit --help"),
+    (["submit", "ok", "--retries", "101"], "--retries '101': expected a whole number from 0 to 100 — see: onite submit"),
+    (["submit", "ok", "--retries=x"], "--retries 'x': expected a whole number from 0 to 100 — see: onite submit"),
+    (["run", "--slots", "0"], "--slots '0': expected a whole number from 1 to 4096 — see: onite run --help"),
+    (["log", "--lines", "-1"], "--lines '-1': expected a whole number of at least 0 — see: onite log --help"),
+    (["log", "-n", os.fsdecode(b"\xff")], "-n '\\xff': expected a whole number of at least 0"),
+    (["init", "--priorities", "100"], "--priorities '100': expected a whole number from 1 to 99"),
+])
+def test_a_number_option_given_something_else_says_what_was_typed(spool, args, said):
+    """The parser's own words ('Invalid value for ...: '1.5' is not a valid int.', '101 is not in the range
+    0<=x<=100.') are said as every bad value is: the option as typed, the value, the form it takes."""
+    r = _onite(spool, *args, stdin=b"true\n")
+    assert r.returncode == 2 and r.stderr.decode().startswith(f"onite: {said}"), r
     assert not any(spool.joinpath("jobs").rglob("ok*"))
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody, who plants the link and the pipe")
