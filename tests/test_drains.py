@@ -189,3 +189,24 @@ def test_the_log_is_read_back_line_by_line_across_its_blocks(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(SpoolIOError):
         tail(tmp_path / "fifo", 5)
+
+
+def test_a_log_made_anew_is_every_users_to_read_whatever_the_umask(tmp_path):
+    """A driver started by hand under umask 077 (or the first line after logrotate moved the log away) made
+    onite.log 0600: users' status, report and wait could not read it. A log that exists keeps its mode."""
+    from onite.spool.log import ActivityLog
+
+    old = os.umask(0o077)
+    try:
+        made = ActivityLog(tmp_path / "onite.log", "vm")
+        made.event("warning", note="first line")
+        made.close()
+        assert (tmp_path / "onite.log").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "kept.log").touch(mode=0o640)
+        os.chmod(tmp_path / "kept.log", 0o640)  # as logrotate's `create 0640 root adm` left it
+        kept = ActivityLog(tmp_path / "kept.log", "vm")
+        kept.event("warning", note="a line")
+        kept.close()
+        assert (tmp_path / "kept.log").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)

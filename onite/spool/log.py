@@ -127,8 +127,13 @@ class ActivityLog:
 
     def _open(self) -> int | None:
         if self._fd is None:
+            flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                try:  # made here (first, or after logrotate moved it): every user reads it, whatever our umask
+                    self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                    os.fchmod(self._fd, 0o644)
+                except FileExistsError:  # as its admin left it
+                    self._fd = os.open(self.path, flags)
             except OSError as err:
                 self._cannot_write(err)
             else:
