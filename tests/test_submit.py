@@ -129,7 +129,7 @@ def test_hostile_names_write_nothing(spool, cli, name):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-p", "0"], "-p '0': expected"), (["-p", "8"], "-p '8': expected"), (["-p", "x"], "'x' is not a"),
+    (["-p", "0"], "-p '0': expected"), (["-p", "8"], "-p '8': expected"), (["-p", "x"], "-p 'x': expected a whole number"),
     (["--timeout", "soon"], "--timeout 'soon': expected"), (["--at", "whenever"], "--at 'whenever': expected"), (["--retries", "-1"], ""),
     (["--after", "nosuchjob"], "no job 'nosuchjob' is queued, running or finished"), (["--bogus"], "No such option"),
 ])
