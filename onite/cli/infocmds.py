@@ -176,7 +176,7 @@ def report(
                                         "where (with --json: print the JSON too).")] = None,
     since: Annotated[Optional[str], Opt(
         "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
-        "last drain session).")] = None,
+        "last drain session; with --until, 24 hours before it).")] = None,
     until: Annotated[Optional[str], Opt("--until", metavar="WHEN", help="Report jobs up to this time: 2h, "
                                         "07:00 or 2026-11-22T07:00 (default: now).")] = None,
     as_json: JsonOpt = False,

@@ -206,7 +206,7 @@ def job_changes(priority, timeout, retries, mem, cpus, at, after):
 @command()
 def cancel(
     names: Annotated[Optional[list[str]], Arg(
-        metavar="NAME", help="Jobs to cancel, or quoted patterns ('build-*'); none: pick from a list.",
+        metavar="NAME", help="Jobs to cancel, or quoted patterns ('build-*'); none: pick from a list (on a terminal).",
         autocompletion=complete_name)] = None,
     all_: Annotated[bool, Opt("--all", help="Every queued and running job of yours "
                               "(root: everyone's).")] = False,

@@ -145,7 +145,7 @@ NotifyOpt = Annotated[Optional[str], Opt(
     "--notify", metavar="mail|command|none", autocompletion=choices("mail", "command", "none"), help="How to tell you it finished; default: notify in onite.toml.")]
 NotifyOnOpt = Annotated[Optional[str], Opt(
     "--notify-on", metavar="failure|always", autocompletion=choices("failure", "always"), help="When to tell you; default: notify_on in onite.toml.")]
-MEM_HELP = ("Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); held by the kernel where it "
+MEM_HELP = ("Memory it needs, as Slurm writes it: 4G, 512M (a bare number is MiB); held by the kernel where it "
             "can; ")
 MemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "default: default_mem in onite.toml.")]
 # a string, checked by onite (onite.core.resources.parse_cpus): its words, not the parser's range check
@@ -158,7 +158,7 @@ KeptPriorityOpt = Annotated[Optional[int], Opt("-p", "--priority", metavar="N",
 KeptMemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "not given: as it was.")]
 KeptCpusOpt = Annotated[Optional[str], Opt("--cpus", metavar="N", help=CPUS_HELP + "not given: as it was.")]
 SlotsOpt = Annotated[Optional[int], Opt("--slots", metavar="N", min=1, max=MAX_SLOTS,
-                                        help="Jobs at once (default: slots in onite.toml).")]
+                                        help="Jobs at once (default: this host's slots in onite.toml; slurm: [slurm] max_jobs).")]
 DriverHostOpt = Annotated[Optional[str], Opt("--host", metavar="HOST", help="This driver's host name "
                                              "(default: host in onite.toml, else the short hostname).")]
 
