@@ -490,6 +490,22 @@ def test_six_concurrent_submitters_then_two_slots(spool, workdir):
     assert not [p for p in (spool / "jobs").rglob("*") if p.is_file()]
 
 
+def test_one_name_spooled_at_once_into_every_priority_is_queued_once(spool):
+    """Seven submits of one name, each into another priority, all at once: each folder's no-replace rename let
+    several pass (the name queued in up to six folders, each copy run in turn, each run's output overwriting the
+    last). Exactly one is spooled, and every other submit is refused as a taken name."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), ONITE_SPOOL=str(spool))
+    for round_ in range(6):
+        submits = [subprocess.Popen([sys.executable, "-m", "onite", "submit", "-q", "-p", str(p), f"same{round_}"],
+                                    env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE) for p in range(1, 8)]
+        for p in submits:  # each reads its text only once all are started, so their checks meet
+            p.stdin.write(b"true\n")
+            p.stdin.close()
+        codes = sorted(p.wait(60) for p in submits)
+        copies = [f for f in (spool / "jobs").rglob(f"root:same{round_}")]
+        assert len(copies) == 1 and codes == [0] + [3] * 6, (copies, codes, [p.stderr.read() for p in submits])
+
+
 def test_a_cancelled_job_still_ending_when_the_driver_is_stopped_hard_is_filed_cancelled(spool, workdir):
     """A running job is cancelled, and takes its kill_grace to end (it ignores TERM); meanwhile the driver is stopped
     hard (QUIT). Its record's first stop line is the cancel, as a recovering driver files it: the live driver put it

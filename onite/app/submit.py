@@ -101,12 +101,29 @@ def checked_jobs(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[
     return jobs
 
 
+NAMESAKE_TRIES = 5  # submits of one key into different folders that keep meeting: then the caller tries again
+
+
 def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
               owner: tuple[int, int] | None = None) -> None:
-    """Write the job's file (``owner``'s, when root spools for someone else), held if asked; nothing if it fails."""
+    """Write the job's file (``owner``'s, when root spools for someone else), held if asked; nothing if it fails.
+
+    A no-replace rename guards one folder only: a submit of the same key into another priority at the same
+    moment passes it too. So each looks again once its file is in place, and one that finds the key elsewhere
+    takes its own back: the first stays, and two that meet both step back and try again, apart."""
     markers = prepare_holds(spool, [job.name], caller, hold=hold, owner=owner)
+    folder = spool.folder_for(job.priority, job.urgent)
     try:
-        create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job), owner=owner)
+        for _ in range(NAMESAKE_TRIES):
+            path = create_file(folder, job.name, encode(job), owner=owner)
+            if not _elsewhere(spool, job.name, folder) or not remove_file(path):  # gone: a driver runs it already
+                return
+            refuse_taken(spool, [job.name], caller.uid if owner is None else owner[0])  # the other stays
+            import random
+            import time
+
+            time.sleep(random.uniform(0.005, 0.05))
+        raise Refused(f"other submits of {label(job.name)!r} kept meeting this one", "submit it again")
     except OniteError as err:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
         undo_holds(markers)
         if isinstance(err, Refused):  # taken since the check (a concurrent submit): said as a taken name
@@ -181,6 +198,12 @@ def _waits_for(spool: SpoolDir):
         return ()
 
     return after_of
+
+
+def _elsewhere(spool: SpoolDir, key: str, folder) -> bool:
+    """Is there a file at ``key`` in a queue or running folder other than ``folder``?"""
+    folders = [f for _, f in spool.queue_folders() if f != folder] + [spool.running_dir(h) for h in spool.hosts()]
+    return any(os.path.lexists(f / key) for f in folders)
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
