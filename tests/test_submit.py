@@ -1,6 +1,7 @@
 """onite submit: capture, validation, policy, atomicity (real CLI in a forked child, real files)."""
 
 import grp
+import json
 import os
 import pwd
 import shutil
@@ -253,6 +254,26 @@ def test_cutoff_refuses_and_says_when(spool, cli):
     set_config(spool, cutoff=cutoff, until=until)
     r = cli(["submit", "late"], stdin=b"true\n")
     assert r.code == 3 and f"spooling closed at the cutoff ({cutoff})" in r.err and f"open again at {until}" in r.err
+    assert queued_files(spool) == []
+
+
+def test_a_submitters_tz_does_not_move_the_cutoff(spool, cli):
+    """The cutoff is read on the machine's clock (/etc/localtime): under a TZ of their own, six hours away, a user
+    spooled past it, and status told them spooling was open."""
+    from zoneinfo import ZoneInfo
+
+    with open("/etc/localtime", "rb") as zone_file:
+        now = datetime.now(ZoneInfo.from_file(zone_file))
+    set_config(spool, cutoff=(now - timedelta(hours=1)).strftime("%H:%M"),
+               until=(now + timedelta(hours=1)).strftime("%H:%M"))
+    hours = round(now.utcoffset().total_seconds() / 3600)
+    elsewhere = hours + (6 if hours <= 6 else -6)
+    env = dict(os.environ, TZ=f"ONI{-elsewhere}", ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))  # ONI-6: UTC+6
+    r = subprocess.run([sys.executable, "-m", "onite", "submit", "late"], input=b"true\n", env=env,
+                       capture_output=True)
+    assert r.returncode == 3 and b"spooling closed at the cutoff" in r.stderr, r
+    status = subprocess.run([sys.executable, "-m", "onite", "status", "--json"], env=env, capture_output=True)
+    assert json.loads(status.stdout)["spooling"]["open"] is False, status
     assert queued_files(spool) == []
 
 

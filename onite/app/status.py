@@ -20,9 +20,10 @@ from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.log import parse_line, tail
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import queued_folder_stats, running_entries
+from onite.spool.settings import spooling
 from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView
-from onite.core.policy import CutoffState, cutoff_state
+from onite.core.policy import CutoffState
 from onite.core.schedule import next_drain
 
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
@@ -96,7 +97,7 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next,
         warnings=warnings + full_disk(spool.root) + list(drain.problems), last_driver=last_driver,
-        containment=containment_said(spool), spooling=cutoff_state(now, config.cutoff, config.until),
+        containment=containment_said(spool), spooling=spooling(config, now),
         cutoff=config.cutoff.strftime("%H:%M") if config.cutoff else None,
     )
 

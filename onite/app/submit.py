@@ -14,7 +14,7 @@ from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
 from onite.spool.scan import find_queued, key_uid, listing, name_taken, namesake_error, read_markers, stat_entry
-from onite.spool.settings import default_host
+from onite.spool.settings import default_host, spooling
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.core.identity import Identity
@@ -25,7 +25,7 @@ from onite.core.resources import never_fits, request_of
 from onite.core.safetext import quoted
 from onite.app.common import label, me, open_spool, read_job_text, read_stdin
 from onite.core.names import MAX_NAME, SUFFIX_LEN, check_base, check_name, job_key, split_key, unique_name
-from onite.core.policy import check_urgent, cutoff_state
+from onite.core.policy import check_urgent
 from onite.exec import identity
 
 
@@ -285,7 +285,7 @@ def check_policy(spool: SpoolDir, urgent: bool, now: datetime, caller: Identity)
     config = spool.config
     if urgent:
         check_urgent(caller, config.admins, "spool urgent jobs")
-    state = cutoff_state(now, config.cutoff, config.until)
+    state = spooling(config, now)
     if state.closed:
         reopens = state.reopens.strftime("%H:%M on %Y-%m-%d") if state.reopens else "later"
         raise Refused(f"spooling closed at the cutoff ({config.cutoff:%H:%M})",

@@ -1,12 +1,15 @@
-"""A spool's settings: the one read of onite.toml, and the one place that asks the machine its name."""
+"""A spool's settings: the one read of onite.toml, and the one place that asks the machine its name and its
+time zone."""
 
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 
 from onite.core.config import Config, parse_config
 from onite.core.errors import ConfigError
+from onite.core.policy import CutoffState, cutoff_state
 from onite.spool.accounts import user_name
 
 
@@ -45,3 +48,19 @@ def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
 def default_host(config: Config) -> str:
     """This machine's identity as a driver: ``host`` in onite.toml, else the short hostname."""
     return config.host or os.uname().nodename.split(".")[0]
+
+
+def spooling(config: Config, now: datetime) -> CutoffState:
+    """Whether spooling is closed at ``now`` by ``cutoff``, read on the machine's clock (/etc/localtime): a caller's
+    TZ moves their own times of day, never the spool's cutoff."""
+    if config.cutoff is None:
+        return CutoffState(False)
+    from datetime import timezone
+    from zoneinfo import ZoneInfo
+
+    try:
+        with open("/etc/localtime", "rb") as zone_file:
+            zone = ZoneInfo.from_file(zone_file)
+    except (OSError, ValueError):  # none: the C library's time is UTC
+        zone = timezone.utc
+    return cutoff_state(now.astimezone(zone), config.cutoff, config.until)
