@@ -1,5 +1,7 @@
 """The command-line contract: exit codes, one-line errors, --json documents, small commands."""
 
+import contextlib
+import grp
 import json
 import os
 import pwd
@@ -527,8 +529,8 @@ def test_report_html_writes_to_a_device_or_pipe_and_never_replaces_it(spool, tmp
     assert r.returncode == 0 and r.stdout.startswith(b"<!doctype html>"), r
     full = tmp_path / "full"
     os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
-    r = _onite(spool, "report", "--html", str(full))
-    assert r.returncode == 2 and r.stderr.decode().startswith(f"onite: cannot write {full}: No space left"), r
+    r = _onite(spool, "report", "--html", str(full))  # a write that fails (exit 4), not a wrong path (2)
+    assert r.returncode == 4 and r.stderr.decode().startswith(f"onite: cannot write {full}: No space left"), r
     assert stat.S_ISCHR(os.lstat(full).st_mode)
 
 
@@ -546,6 +548,13 @@ def test_report_html_refuses_a_folder_and_a_link_to_a_file_and_replaces_a_file(s
     page.write_text("old")
     assert _onite(spool, "report", "--html", str(page)).returncode == 0
     assert page.read_text().startswith("<!doctype html>") and stat.S_IMODE(page.stat().st_mode) == 0o644
+    page.chmod(0o640)  # an admin's page kept from others: replaced, it stays theirs alone
+    group = next((g.gr_gid for g in grp.getgrall() if g.gr_gid != os.getegid()), os.getegid())
+    with contextlib.suppress(PermissionError):
+        os.chown(page, -1, group)
+    group = page.stat().st_gid
+    assert _onite(spool, "report", "--html", str(page)).returncode == 0
+    assert (stat.S_IMODE(page.stat().st_mode), page.stat().st_gid) == (0o640, group)
     # a file in a folder that takes no new file (/proc): the folder is named, not "/proc/version: no such file"
     r = _onite(spool, "report", "--html", "/proc/version")
     assert r.returncode == 2 and r.stderr.decode().startswith(

@@ -5,6 +5,7 @@ escaped; no job's output (private to its owner) on a page meant to be shared."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import html as _html
 import os
 import stat
@@ -16,7 +17,7 @@ from onite.app.reporttext import (COLUMNS, MARK, failure_notes, failure_what, he
                                   others_failures_text, rows, state_word, timeline, told_failures, waiting_title,
                                   window_text)
 from onite.core.cells import human_duration, priority_label, priority_text
-from onite.core.errors import InvalidInput
+from onite.core.errors import InvalidInput, OniteError
 from onite.core.safetext import printable
 
 # the page's colours of the states, on white (the tests look for them in a screenshot)
@@ -207,7 +208,7 @@ def write_html(path: Path, data) -> None:
         raise _cannot(path, err) from None
     _check_kind(path, st.st_mode)
     if stat.S_ISREG(st.st_mode):
-        return _replace(path, text)
+        return _replace(path, text, st)
     if st.st_uid not in (0, os.geteuid()):
         raise InvalidInput(f"cannot write {path}: it is another user's", "write the page somewhere else")
     try:  # no O_CREAT, no O_TRUNC: nothing changes before what it names is known
@@ -218,7 +219,11 @@ def write_html(path: Path, data) -> None:
         raise _cannot(path, err) from None
 
 
-def _cannot(path: Path, err: OSError) -> InvalidInput:
+def _cannot(path: Path, err: OSError) -> OniteError:
+    """A failing disk (full, a quota, a file-size limit, an I/O error) is a failure of the write (exit 4); any
+    other reason is the path's."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return OniteError(f"cannot write {path}: {err.strerror or err}", "make room on its disk, or write it elsewhere")
     return InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path")
 
 
@@ -231,7 +236,8 @@ def _check_kind(path: Path, mode: int, *, linked: bool = False) -> None:
         raise InvalidInput(f"{path} is a symbolic link to a file", "give the file's own path")
 
 
-def _replace(path: Path, text: bytes) -> None:
+def _replace(path: Path, text: bytes, old: os.stat_result | None = None) -> None:
+    """``path`` replaced by a new file holding ``text``: with the ``old`` file's mode and owners, else 0644."""
     import tempfile
 
     try:  # the page is made beside its name: what fails first is its folder's, and the message says so
@@ -242,7 +248,12 @@ def _replace(path: Path, text: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(text)
-            os.fchmod(out.fileno(), 0o644)  # a page to be served or shared, not a secret
+            if old is None:
+                os.fchmod(out.fileno(), 0o644)  # a page to be served or shared, not a secret
+            else:  # as its owner left it: never wider, nor another's made ours (but where we may not give it)
+                with contextlib.suppress(PermissionError):
+                    os.fchown(out.fileno(), old.st_uid, old.st_gid)
+                os.fchmod(out.fileno(), stat.S_IMODE(old.st_mode) & 0o777)
         os.replace(tmp, path)
     except OSError as err:
         with contextlib.suppress(OSError):
