@@ -694,8 +694,9 @@ def test_every_refusal_spells_a_byte_that_is_not_utf8_as_the_rest_do(spool, args
     (["log", "--lines", "-1"], "--lines '-1': expected a whole number of at least 0 — see: onite log --help"),
     (["log", "-n", os.fsdecode(b"\xff")], "-n '\\xff': expected a whole number of at least 0"),
     (["init", "--priorities", "100"], "--priorities '100': expected a whole number from 1 to 99"),
+    (["log", "-n", "99999999999999999999"], "-n '99999999999999999999': expected a whole number from 0 to 1000000000"),
 ])
-def test_a_number_option_given_something_else_says_what_was_typed(spool, args, said):
+def test_a_number_option_given_something_else_says_what_was_typed(spool, args, said):  # log -n: was a traceback
     """The parser's own words ('Invalid value for ...: '1.5' is not a valid int.', '101 is not in the range
     0<=x<=100.') are said as every bad value is: the option as typed, the value, the form it takes."""
     r = _onite(spool, *args, stdin=b"true\n")
@@ -1074,3 +1075,10 @@ def test_a_user_running_init_on_a_shared_spool_root_set_up_is_told_it_is_ready(s
     assert r.code == 3, r
     assert r.err == (f"onite: the spool {spool} is root's: root set it up, and only root runs onite init on it — "
                      "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)\n"), r
+
+
+def test_a_report_since_a_time_to_come_says_so(spool):
+    """Without --until, it said "--since 2030-01-01T00:00 is not before --until None"."""
+    r = _onite(spool, "report", "--since", "2030-01-01T00:00")
+    assert (r.returncode, r.stderr.decode()) == (
+        2, "onite: --since 2030-01-01T00:00 is in the future — give a time before now\n"), r

@@ -313,7 +313,8 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
         end = parse_since(until, now, option="--until") if until is not None else now
         start = parse_since(since, end)
         if start >= end:
-            raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
+            raise (InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
+                   if until is not None else InvalidInput(f"--since {since} is in the future", "give a time before now"))
     else:
         kind, start, end = "drain", None, None
     events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, lambda when: morning_before(when, now), now)

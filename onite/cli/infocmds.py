@@ -88,7 +88,8 @@ class Sink:
 
 @command()
 def log(
-    lines: Annotated[int, Opt("-n", "--lines", metavar="N", min=0, help="How many of the last lines.")] = 20,
+    lines: Annotated[int, Opt("-n", "--lines", metavar="N", min=0, max=10**9,
+                                       help="How many of the last lines.")] = 20,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
