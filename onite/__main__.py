@@ -157,8 +157,7 @@ def _usage_message(err, args: list[str]) -> str:
     except (ValueError, SyntaxError):
         return err.format_message()
     low, high = getattr(param.type, "min", None), getattr(param.type, "max", None)
-    expected = "a whole number" + (f" from {low} to {high}" if high is not None else
-                                   f" of at least {low}" if low is not None else "")
+    expected = "a whole number" + (f" from {low} to {high}" if low is not None and high is not None else "")
     option = next((opt for opt in param.opts if any(arg == opt or arg.startswith(opt + "=") for arg in args)),
                   param.opts[-1])  # as typed
     return bad_value(option, value, expected).what

@@ -691,8 +691,8 @@ def test_every_refusal_spells_a_byte_that_is_not_utf8_as_the_rest_do(spool, args
     (["submit", "ok", "--retries", "101"], "--retries '101': expected a whole number from 0 to 100 — see: onite submit"),
     (["submit", "ok", "--retries=x"], "--retries 'x': expected a whole number from 0 to 100 — see: onite submit"),
     (["run", "--slots", "0"], "--slots '0': expected a whole number from 1 to 4096 — see: onite run --help"),
-    (["log", "--lines", "-1"], "--lines '-1': expected a whole number of at least 0 — see: onite log --help"),
-    (["log", "-n", os.fsdecode(b"\xff")], "-n '\\xff': expected a whole number of at least 0"),
+    (["log", "--lines", "-1"], "--lines '-1': expected a whole number from 0 to 1000000000 — see: onite log --help"),
+    (["log", "-n", os.fsdecode(b"\xff")], "-n '\\xff': expected a whole number from 0 to 1000000000"),
     (["init", "--priorities", "100"], "--priorities '100': expected a whole number from 1 to 99"),
     (["log", "-n", "99999999999999999999"], "-n '99999999999999999999': expected a whole number from 0 to 1000000000"),
 ])
