@@ -57,7 +57,7 @@ def test_durations(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "x", "1x", "-5", "0", "h1", "1h 30m", "1m1h2x"])
+@pytest.mark.parametrize("text", ["", "x", "1x", "-5", "0", "h1", "1h 30m", "1m1h2x", "1h1h", "30m1h", "1s1h"])
 def test_bad_durations(text):
     with pytest.raises(InvalidInput, match="^duration '.*': expected a duration"):
         parse_duration(text)
