@@ -149,6 +149,15 @@ def test_config_that_is_not_utf8_says_so_not_permissions(spool, cli):
     assert r.code == 0 and "not UTF-8" in r.err and "permissions" not in r.err and r.err.count("\n") == 1, r
 
 
+def test_a_config_an_editor_began_with_a_byte_order_mark_is_read(spool, cli):
+    """A BOM is no TOML: every command said "Invalid statement (at line 1, column 1)" of a line that looks right."""
+    set_config(spool, slots=3)
+    (spool / "onite.toml").write_bytes(b"\xef\xbb\xbf" + (spool / "onite.toml").read_bytes())
+    r = cli(["status", "--json"])
+    assert r.code == 0 and r.err == "", r
+    assert cli(["run", "-q"]).code == 0
+
+
 def test_jobs_queued_beyond_lowered_priorities_are_still_seen_and_run(spool, cli):
     # the admin lowers priorities from 7 to 3: a job queued at P7 was invisible to list and status, the driver
     # said "the queue is empty", and it never ran

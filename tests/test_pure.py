@@ -271,7 +271,9 @@ def test_a_schedule_that_is_no_list_shows_a_schedule():
     with pytest.raises(ConfigError) as caught:
         parse_config('schedule = "0 20 * * *"')
     assert str(caught.value) == ("onite.toml: schedule = '0 20 * * *' is not valid — write a list of cron "
-                                 'expressions, e.g. ["0 20 * * *", "0 23 * * *"]')
+                                 'expressions, none empty, e.g. ["0 20 * * *", "0 23 * * *"]')
+    with pytest.raises(ConfigError, match="admins = .* write a list of strings, none empty"):
+        parse_config('admins = [""]')
 
 
 @pytest.mark.parametrize("text, message", [

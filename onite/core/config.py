@@ -276,7 +276,7 @@ class _Reader:
     def strings(self, key: str, example: str = '["alice", "%wheel"]', what: str = "strings") -> tuple[str, ...]:
         return tuple(self._checked(key, lambda value: isinstance(value, (list, tuple))
                                    and all(isinstance(v, str) and v for v in value),
-                                   f"a list of {what}, e.g. {example}"))
+                                   f"a list of {what}, none empty, e.g. {example}"))
 
     def schedule(self, key: str) -> tuple[str, ...]:
         exprs = self.strings(key, '["0 20 * * *", "0 23 * * *"]', "cron expressions")

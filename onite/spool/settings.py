@@ -18,7 +18,8 @@ def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
     else raises ConfigError, the first fault."""
     faults: list[ConfigError] = []
     try:
-        config = parse_config(path.read_text(encoding="utf-8"), str(path), faults)
+        # a byte order mark, as some editors write one, is no TOML: it is not the admin's to see
+        config = parse_config(path.read_text(encoding="utf-8").removeprefix("\ufeff"), str(path), faults)
     except FileNotFoundError:
         return Config()
     except UnicodeDecodeError as err:
