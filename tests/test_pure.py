@@ -293,7 +293,7 @@ def test_an_out_of_range_duration_or_a_boolean_reserve_says_what_is_wrong(text, 
 @pytest.mark.parametrize("text, message", [
     ("[slurm]\nmax_jobs = 0", "onite.toml [slurm]: max_jobs = 0 is not valid — write a whole number from 1 to 1000000"),
     ('[slurm]\nsbatch_args = "--mem=1G"',
-     """onite.toml [slurm]: sbatch_args = '--mem=1G' is not valid — write a list of sbatch options, e.g. ["--qos=night"]"""),
+     """onite.toml [slurm]: sbatch_args = '--mem=1G' is not valid — write a list of sbatch options, none empty, e.g. ["--qos=night"]"""),
     ('[hosts.node1]\nmemory = "4G"',
      "onite.toml: unknown key hosts.node1.memory — the [hosts.NAME] keys are slots, mem and cpus"),
 ])
