@@ -570,6 +570,23 @@ def test_report_html_refuses_a_folder_and_a_link_to_a_file_and_replaces_a_file(s
         "onite: cannot write /proc/version: no new file can be made in /proc ("), r
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody, who plants the page's file")
+def test_report_html_over_a_file_another_user_planted_is_roots_page(spool, world_tmp):
+    """Replacing a file keeps its mode and group only where it is the writer's own, of one link: nobody's 0666
+    file planted in a shared folder made root's page nobody's, and theirs to rewrite."""
+    from test_hostile_files import write_as
+
+    shared = world_tmp / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    write_as("nobody", os.fsencode(shared / "night.html"), b"x")
+    os.chmod(shared / "night.html", 0o666)
+    r = _onite(spool, "report", "--html", str(shared / "night.html"))
+    assert r.returncode == 0, r
+    st = (shared / "night.html").stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o644)
+
+
 @pytest.mark.parametrize("tz", ["UTC+24", "UTC-25", "UTC+24:30"])
 def test_a_time_zone_a_day_or_more_from_utc_is_one_line_not_a_traceback(spool, tz):
     for args in (["list"], ["status"], ["submit", "x"], ["run"]):

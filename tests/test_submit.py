@@ -273,7 +273,10 @@ def test_a_submitters_tz_does_not_move_the_cutoff(spool, cli):
                        capture_output=True)
     assert r.returncode == 3 and b"spooling closed at the cutoff" in r.stderr, r
     status = subprocess.run([sys.executable, "-m", "onite", "status", "--json"], env=env, capture_output=True)
-    assert json.loads(status.stdout)["spooling"]["open"] is False, status
+    spooling = json.loads(status.stdout)["spooling"]
+    assert spooling["open"] is False, status
+    reopens = datetime.fromisoformat(spooling["reopens"])  # on the machine's clock too, not the caller's
+    assert reopens.utcoffset() == now.utcoffset() and reopens.strftime("%H:%M") == (now + timedelta(hours=1)).strftime("%H:%M")
     assert queued_files(spool) == []
 
 

@@ -116,7 +116,11 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
     try:
         for _ in range(NAMESAKE_TRIES):
             path = create_file(folder, job.name, encode(job), owner=owner)
-            if not _elsewhere(spool, job.name, folder) or not remove_file(path):  # gone: a driver runs it already
+            try:
+                made = os.lstat(path)
+            except FileNotFoundError:  # claimed already: it runs
+                return
+            if not _elsewhere(spool, job.name, folder, made) or not _take_back(path, made):
                 return
             refuse_taken(spool, [job.name], caller.uid if owner is None else owner[0])  # the other stays
             import random
@@ -200,10 +204,27 @@ def _waits_for(spool: SpoolDir):
     return after_of
 
 
-def _elsewhere(spool: SpoolDir, key: str, folder) -> bool:
-    """Is there a file at ``key`` in a queue or running folder other than ``folder``?"""
+def _take_back(path, made: os.stat_result) -> bool:
+    """Remove ``made``, the job file just made at ``path``; False if a driver has claimed it already (it runs:
+    the submit stands), as when another file, or none, is at its name now."""
+    try:
+        if os.path.samestat(os.lstat(path), made):
+            return remove_file(path)
+    except (FileNotFoundError, PermissionError):  # claimed; what someone put at the freed name is not ours
+        pass
+    return False
+
+
+def _elsewhere(spool: SpoolDir, key: str, folder, made: os.stat_result) -> bool:
+    """Is there a file at ``key``, other than ``made``, in a queue or running folder other than ``folder``?"""
     folders = [f for _, f in spool.queue_folders() if f != folder] + [spool.running_dir(h) for h in spool.hosts()]
-    return any(os.path.lexists(f / key) for f in folders)
+    for other in folders:
+        try:
+            if not os.path.samestat(os.lstat(other / key), made):  # ours, claimed meanwhile, is not another
+                return True
+        except OSError:  # none there
+            pass
+    return False
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:

@@ -207,8 +207,9 @@ def write_html(path: Path, data) -> None:
     except OSError as err:
         raise _cannot(path, err) from None
     _check_kind(path, st.st_mode)
-    if stat.S_ISREG(st.st_mode):
-        return _replace(path, text, st)
+    if stat.S_ISREG(st.st_mode):  # its mode kept only where it is ours alone: a file planted in a shared folder,
+        # or a link to another's, must not make the page theirs
+        return _replace(path, text, st if st.st_uid == os.geteuid() and st.st_nlink == 1 else None)
     if st.st_uid not in (0, os.geteuid()):
         raise InvalidInput(f"cannot write {path}: it is another user's", "write the page somewhere else")
     try:  # no O_CREAT, no O_TRUNC: nothing changes before what it names is known
@@ -237,7 +238,7 @@ def _check_kind(path: Path, mode: int, *, linked: bool = False) -> None:
 
 
 def _replace(path: Path, text: bytes, old: os.stat_result | None = None) -> None:
-    """``path`` replaced by a new file holding ``text``: with the ``old`` file's mode and owners, else 0644."""
+    """``path`` replaced by a new file holding ``text``: with the ``old`` file's mode and group, else 0644."""
     import tempfile
 
     try:  # the page is made beside its name: what fails first is its folder's, and the message says so
@@ -250,9 +251,9 @@ def _replace(path: Path, text: bytes, old: os.stat_result | None = None) -> None
             out.write(text)
             if old is None:
                 os.fchmod(out.fileno(), 0o644)  # a page to be served or shared, not a secret
-            else:  # as its owner left it: never wider, nor another's made ours (but where we may not give it)
+            else:  # our own page, as we left it (a group we are no longer in is not kept)
                 with contextlib.suppress(PermissionError):
-                    os.fchown(out.fileno(), old.st_uid, old.st_gid)
+                    os.fchown(out.fileno(), -1, old.st_gid)
                 os.fchmod(out.fileno(), stat.S_IMODE(old.st_mode) & 0o777)
         os.replace(tmp, path)
     except OSError as err:

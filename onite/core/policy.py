@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import datetime, time, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 from onite.core.errors import Refused
@@ -26,7 +26,8 @@ class CutoffState(Record):
     reopens: datetime | None = None
 
 
-def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> CutoffState:
+def cutoff_state(now: datetime, cutoff: time | None, until: time | None, zone: tzinfo | None = None) -> CutoffState:
+    """Spooling at ``now``, read on the clock of ``zone`` (None: the machine's local time)."""
     if cutoff is None:
         return CutoffState(False)
     reopen = until or time(0, 0)
@@ -38,7 +39,8 @@ def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> Cuto
     if not closed:
         return CutoffState(False)
     day = now.date() if clock < reopen else now.date() + timedelta(days=1)
-    return CutoffState(True, local_time(datetime.combine(day, reopen), now))
+    wall = datetime.combine(day, reopen)
+    return CutoffState(True, local_time(wall, now) if zone is None else wall.replace(tzinfo=zone))
 
 
 def may_be_urgent(identity: Identity, admins: tuple[str, ...]) -> bool:

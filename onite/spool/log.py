@@ -129,11 +129,18 @@ class ActivityLog:
         if self._fd is None:
             flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
             try:
-                try:  # made here (first, or after logrotate moved it): every user reads it, whatever our umask
-                    self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-                    os.fchmod(self._fd, 0o644)
-                except FileExistsError:  # as its admin left it
-                    self._fd = os.open(self.path, flags)
+                for last in (False, False, True):  # one moved away (logrotate) between the two opens: again
+                    try:  # made here (first, or after a rotation): every user reads it, whatever our umask
+                        self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                        os.fchmod(self._fd, 0o644)
+                        break
+                    except FileExistsError:  # as its admin left it
+                        try:
+                            self._fd = os.open(self.path, flags)
+                            break
+                        except FileNotFoundError:
+                            if last:
+                                raise
             except OSError as err:
                 self._cannot_write(err)
             else:

@@ -56,12 +56,22 @@ def spooling(config: Config, now: datetime) -> CutoffState:
     TZ moves their own times of day, never the spool's cutoff."""
     if config.cutoff is None:
         return CutoffState(False)
+    zone = machine_zone()
+    return cutoff_state(now.astimezone(zone), config.cutoff, config.until, zone)
+
+
+def machine_zone():
+    """The zone of /etc/localtime, else UTC (the C library's choice without one). A file cut short is UTC too:
+    zoneinfo may loop for ever on a footer without its last newline (CPython issue 143241)."""
+    import io
     from datetime import timezone
     from zoneinfo import ZoneInfo
 
     try:
-        with open("/etc/localtime", "rb") as zone_file:
-            zone = ZoneInfo.from_file(zone_file)
-    except (OSError, ValueError):  # none: the C library's time is UTC
-        zone = timezone.utc
-    return cutoff_state(now.astimezone(zone), config.cutoff, config.until)
+        with open("/etc/localtime", "rb") as zone_file:  # root's, and a link into /usr/share/zoneinfo
+            data = zone_file.read(1 << 20)
+        if data[4:5] in (b"2", b"3") and not data.endswith(b"\n"):
+            return timezone.utc
+        return ZoneInfo.from_file(io.BytesIO(data))
+    except Exception:  # noqa: BLE001 - a damaged zone file must not stop a command
+        return timezone.utc
