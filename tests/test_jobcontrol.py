@@ -506,6 +506,23 @@ def test_one_name_spooled_at_once_into_every_priority_is_queued_once(spool):
         assert len(copies) == 1 and codes == [0] + [3] * 6, (copies, codes, [p.stderr.read() for p in submits])
 
 
+def test_one_batch_spooled_at_once_into_two_priorities_queues_each_name_once(spool):
+    """The same as a batch (submit --lines): two batches of the same names into P1 and P2 at once queued each name
+    twice, and each ran twice. Each name is queued once at most, and a submit that took names back says so."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), ONITE_SPOOL=str(spool))
+    for round_ in range(8):
+        submits = [subprocess.Popen([sys.executable, "-m", "onite", "submit", "-q", "--lines", "-p", str(p),
+                                     f"batch{round_}"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE) for p in (1, 2)]
+        for p in submits:
+            p.stdin.write(b"true\ntrue\n")
+            p.stdin.close()
+        codes = [p.wait(60) for p in submits]
+        names = [f.name for f in (spool / "jobs").rglob(f"root:batch{round_}-*")]
+        assert len(names) == len(set(names)) and set(codes) <= {0, 3}, (names, codes)
+        assert codes.count(0) == 0 or sorted(names) == [f"root:batch{round_}-0000{i}" for i in (1, 2)], (names, codes)
+
+
 def test_a_cancelled_job_still_ending_when_the_driver_is_stopped_hard_is_filed_cancelled(spool, workdir):
     """A running job is cancelled, and takes its kill_grace to end (it ignores TERM); meanwhile the driver is stopped
     hard (QUIT). Its record's first stop line is the cancel, as a recovering driver files it: the live driver put it

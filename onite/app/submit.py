@@ -298,7 +298,36 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise err from None
+    taken = _namesakes_met(spool, jobs)
+    if taken:  # as write_job: another submit put these keys in another folder at the same moment; theirs stay
+        undo_holds([m for m, key in zip(markers, keys) if key in taken] if request.hold else [])
+        first = next(key for key in keys if key in taken)
+        raise Refused(f"{len(taken)} of the {len(jobs)} jobs ({label(first)} first) met another submit of their "
+                      f"names into another priority at the same moment and were taken back; the other "
+                      f"{len(jobs) - len(taken)} were spooled", "see onite list, and spool again what is missing")
     return jobs
+
+
+def _namesakes_met(spool: SpoolDir, jobs: list[Job]) -> set[str]:
+    """The keys of ``jobs``, just made, found in another queue or running folder too, whose own files were taken
+    back (one a driver has claimed meanwhile stays: it runs)."""
+    met = set()
+    keys = {job.name: spool.folder_for(job.priority, job.urgent) for job in jobs}
+    folders = [f for _, f in spool.queue_folders()] + [spool.running_dir(h) for h in spool.hosts()]
+    for other in folders:
+        for entry in listing(other):
+            folder = keys.get(entry.name)
+            if folder is None or folder == other or entry.name in met:
+                continue
+            try:
+                made = os.lstat(folder / entry.name)
+                if os.path.samestat(made, os.lstat(other / entry.name)):  # ours, claimed meanwhile
+                    continue
+            except FileNotFoundError:  # ours claimed, or theirs gone meanwhile
+                continue
+            if _take_back(folder / entry.name, made):
+                met.add(entry.name)
+    return met
 
 
 def check_policy(spool: SpoolDir, urgent: bool, now: datetime, caller: Identity) -> None:
