@@ -272,6 +272,20 @@ def test_a_timed_job_edited_to_an_earlier_time_runs_then(spool, workdir, daemons
     assert d.stop() == 0
 
 
+def test_a_retry_of_a_timed_job_runs_when_its_back_off_ends(spool, workdir, daemons):
+    """A retry is its job file again under the same name: the daemon's watch read a name's header only when the
+    name was new, so the retry's back-off time was never seen and it waited for the next scheduled drain."""
+    set_config(spool, schedule=[FAR], retry_delay="3s")
+    d = daemons(spool)
+    d.started()
+    submit("flaky", f"echo x >> {workdir}/tries; [ $(wc -l < {workdir}/tries) -ge 2 ]\n", "--at", "now",
+           "--retries", "1")
+    wait_for(lambda: (spool / "jobsdone" / "root:flaky@result").exists(), timeout=60,
+             what="the retry to run when its back-off ends")
+    assert result(spool, "flaky")["state"] == "done" and (workdir / "tries").read_text() == "x\nx\n"
+    assert d.stop() == 0
+
+
 def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
     """A not-before time already past when the job is spooled: due at once."""
     set_config(spool, schedule=[FAR])

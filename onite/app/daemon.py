@@ -240,6 +240,7 @@ class Daemon:
             self.recur.try_spool_due(self.timed_mark)
             driver.drain()
         finally:
+            self.watch.relist()
             self.heartbeat.beat(state=BeatState.IDLE)
             driver.log.close()
             self.log.close()  # reopened at its next line: a HUP during the drain may mean logrotate
