@@ -432,6 +432,24 @@ def test_a_drain_whose_driver_died_mid_job_is_not_said_finished(spool, gate, pro
     assert doc["exit_code"] == 0
 
 
+def test_a_job_whose_record_is_pruned_while_waiting_is_told_from_the_log(spool):
+    """Retention prunes every 50 filings, faster than wait's looks: a job seen queued, done and pruned between two
+    looks was `unknown`, exit 5, so `onite wait build && deploy` failed on a success. The log tells its end."""
+    from conftest import set_config
+
+    set_config(spool, keep=1)
+    submit("first", "true\n")
+    sp = SpoolDir(spool)
+    watch, _ = w.step(sp, w.Watch("root:first"), datetime.now().astimezone())  # seen queued
+    assert watch.seen_live
+    submit("second", "true\n")
+    assert drain(spool).returncode == 0
+    assert not (spool / "jobsdone" / "root:first@result").exists()  # pruned: keep = 1
+    for _ in range(w.GONE_LOOKS):
+        watch, final = w.step(sp, watch, datetime.now().astimezone())
+    assert final.state == "done" and "pruned (keep = 1)" in final.reason and w.exit_status([final]) == 0, final
+
+
 def test_a_job_whose_record_was_pruned_is_told_from_the_log(spool, workdir):
     """``keep = 1``: the first two jobs' records are pruned. wait said they were never queued, running or
     finished (exit 1); the log tells how each ended, and its exit status is theirs. Results are no secret

@@ -249,6 +249,12 @@ def step(spool: SpoolDir, watch: Watch, now: datetime) -> tuple[Watch, Final | N
     watch, final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
     if final is PENDING and watch.live == "running":  # ended, its driver dead: nothing files it soon
         final = unfiled(spool, watch.name, now)
+    elif final is not PENDING and final.state == "unknown":  # retention pruned its record while we looked away:
+        from onite.app.report import pruned_reason, pruned_run  # the log's last line of it tells, as at the start
+
+        told = pruned_run(spool, watch.name)
+        if told is not None:
+            final = Final(watch.name, told[0].state, None, pruned_reason(*told))
     return watch, final
 
 
