@@ -864,3 +864,10 @@ def test_recur_remove_of_several_goes_on_past_one_that_fails(spool):
                                   "onite: recurring job 'root:theirs' belongs to root — you may remove only your own "
                                   "recurring jobs"], r
     assert sorted(os.listdir(spool / "recur")) == ["root:theirs"]
+
+
+def test_recur_add_without_a_job_text_names_recur_add_in_its_fix(spool):
+    """It said "pipe or redirect a script: onite submit NAME < job.sh", the other command."""
+    r = run_cli(["recur", "add", "r5", "--every", "1h"], stdin=b"")
+    assert r.code == 2 and r.err == ("onite: the job text on stdin is empty — pipe or redirect a script: "
+                                     "onite recur add r5 --every 1d < job.sh\n"), r

@@ -76,13 +76,13 @@ def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid
                       else "only its owner or root may spool it again")
 
 
-def read_stdin(limit: int) -> bytes:
-    """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput)."""
+def read_stdin(limit: int, usage: str = "onite submit NAME < job.sh") -> bytes:
+    """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput), told with ``usage``."""
     try:
         fd = sys.stdin.fileno() if sys.stdin is not None else 0
         if os.isatty(fd):
             raise InvalidInput("the job text is read from stdin, which is a terminal",
-                               "redirect a script: onite submit NAME < job.sh")
+                               f"redirect a script: {usage}")
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -92,15 +92,15 @@ def read_stdin(limit: int) -> bytes:
                                    "spool a short script that runs the big one instead")
     except (OSError, ValueError) as err:
         raise InvalidInput(f"cannot read the job text from stdin: {getattr(err, 'strerror', None) or err}",
-                           "redirect a script: onite submit NAME < job.sh") from None
+                           f"redirect a script: {usage}") from None
     return b"".join(chunks)
 
 
-def read_job_text(limit: int) -> bytes:
-    body = read_stdin(limit)
+def read_job_text(limit: int, usage: str = "onite submit NAME < job.sh") -> bytes:
+    body = read_stdin(limit, usage)
     if not body.strip():
         raise InvalidInput(f"the job text on stdin is {'only white space' if body else 'empty'}",
-                           "pipe or redirect a script: onite submit NAME < job.sh")
+                           f"pipe or redirect a script: {usage}")
     return body
 
 

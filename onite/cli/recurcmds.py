@@ -50,7 +50,8 @@ def recur_add(
     from onite.exec import identity
 
     target = open_spool(spool)
-    request = SubmitRequest.of(name, read_job_text(target.config.max_job_size), dict(
+    text = read_job_text(target.config.max_job_size, f"onite recur add {name} --every 1d < job.sh")
+    request = SubmitRequest.of(name, text, dict(
         priority=priority, urgent=urgent, after=after, timeout=timeout, retries=retries, host=host,
         stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus))
     when = SYSTEM.now()
