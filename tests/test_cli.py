@@ -674,6 +674,8 @@ DURATION = "a duration such as 90s, 45m, 2h, 1h30m or 1d (a bare number is secon
     (["edit", "x", "--timeout", "5x"], f"--timeout '5x': expected {DURATION}"),
     (["recur", "add", "r", "--every", "soon"], f"--every 'soon': expected {DURATION}"),
     (["run", "--until", "25:00"], "--until '25:00': expected a time of day as HH:MM, e.g. 07:00"),
+    (["run", "--until", ""], "--until '': expected a time of day as HH:MM, e.g. 07:00"),  # took onite.toml's
+    (["daemon", "--until", ""], "--until '': expected a time of day as HH:MM, e.g. 07:00"),
     (["report", "--night", "x"], "--night 'x': expected a date such as 2026-11-22, today or yesterday"),
     (["report", "--since", "x"], "--since 'x': expected a duration such as 12h, a time such as 19:00, or a "
                                  "date-time such as 2026-11-21T19:00"),

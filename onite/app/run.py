@@ -35,7 +35,7 @@ def driver_target(spool: str | None, until: str | None, host: str | None,
     if real != target.root:
         location, target = target.location, SpoolDir(real)
         target.location = location
-    until_time = parse_clock(until, what="--until") if until else None
+    until_time = parse_clock(until, what="--until") if until is not None else None
     if host is not None:  # --host '' is no host: refused, as submit and recover refuse it
         check_name(host, what="host name")
     return target, until_time
