@@ -871,3 +871,12 @@ def test_recur_add_without_a_job_text_names_recur_add_in_its_fix(spool):
     r = run_cli(["recur", "add", "r5", "--every", "1h"], stdin=b"")
     assert r.code == 2 and r.err == ("onite: the job text on stdin is empty — pipe or redirect a script: "
                                      "onite recur add r5 --every 1d < job.sh\n"), r
+
+
+def test_recur_add_after_a_job_that_does_not_exist_says_so_now(spool):
+    """Taken without a word, every run then failed 'dependency nosuchdep no longer exists'. A job spooled later
+    each day may be what it waits for, so it is taken, and said once at the add."""
+    r = run_cli(["recur", "add", "ra", "--every", "1h", "--after", "nosuchdep"], stdin=b"true\n")
+    assert r.code == 0 and "ra: no job 'nosuchdep' is queued, running or finished now" in r.err, r
+    r = run_cli(["recur", "add", "rb", "--every", "1h"], stdin=b"true\n")
+    assert r.code == 0 and "is queued, running or finished now" not in r.err, r

@@ -86,10 +86,20 @@ def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
     fits = drain.starters_for(job.pin)
     daemons = [s for s in fits if s.by == "daemon"]
     if daemons:
-        return f"{name}: {LABEL['daemon']} on host {daemons[0].host} spools and runs each run as it fires"
-    if fits:
-        return f"{name}: each run is spooled by the first drain after it fires; {starter_text(fits[0], now)}"
-    return f"{name}: {no_drain_text(drain, for_job=True)}"
+        said = f"{name}: {LABEL['daemon']} on host {daemons[0].host} spools and runs each run as it fires"
+    elif fits:
+        said = f"{name}: each run is spooled by the first drain after it fires; {starter_text(fits[0], now)}"
+    else:
+        said = f"{name}: {no_drain_text(drain, for_job=True)}"
+    # a job spooled later each day may be what it waits for, so no refusal: a typo is said now, not at each run
+    from onite.core.queue import DepState
+    from onite.spool.deps import dependency_state
+
+    missing = [label(dep) for dep in job.after if dependency_state(spool, dep) is DepState.MISSING]
+    if missing:
+        said += (f"\n{name}: no job {', '.join(map(repr, missing))} is queued, running or finished now: each run "
+                 "fails unless one is by the time it fires")
+    return said
 
 
 def remove(spool: SpoolDir, name: str, caller_uid: int) -> list[str]:
