@@ -311,6 +311,8 @@ def test_sigquit_kills_and_requeues(spool, workdir):
     driver.send_signal(signal.SIGQUIT)
     assert driver.wait(30) == 0
     assert (spool / "jobs" / "P4" / "root:q").exists()
+    [exit_line] = [line for line in log_lines(spool) if " driver-exit " in line]
+    assert " left=1 " in exit_line, exit_line  # the job put back is left in the queue: it said left=0
 
 
 def test_a_job_that_ended_before_a_sigquit_was_heard_is_filed_not_run_again(spool, workdir):

@@ -304,6 +304,8 @@ class Driver:
             self.log.event("nothing-due", queued=queued, note=note)
         reason = ("stopped" if night.stopping else "window closed" if night.window_closed
                   else CANNOT_RECORD if night.cannot_record else "drained")
+        with suppress(OniteError):  # what a stop put back is queued again, under names the index forgot at the claim
+            night.index.refresh(force=True)
         self.log.event("driver-exit", done=counts["done"], failed=counts["failed"], cancelled=counts["cancelled"],
                        left=len(night.index), reason=reason)
         # a daemon stays up after its drain; onite run exits
