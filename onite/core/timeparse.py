@@ -24,11 +24,11 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     raw = text.strip().lower()
     if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", raw):
         raw += "s"
-    # each unit once, the largest first (1h30m, not 30m1h nor 1h1h, which a typo makes)
-    if not raw or not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?d)?(?:[0-9]+(?:\.[0-9]+)?h)?(?:[0-9]+(?:\.[0-9]+)?m)?"
-                                   r"(?:[0-9]+(?:\.[0-9]+)?s)?", raw):
+    parts = _DURATION.findall(raw)
+    units = [unit for _, unit in parts]  # each once, the largest first: 1h30m, not 30m1h nor 1h1h (a typo)
+    if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+", raw) or units != sorted(set(units), key="dhms".index):
         raise bad_value(what, text, "a duration such as 90s, 45m, 2h, 1h30m or 1d (a bare number is seconds)")
-    seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(raw))
+    seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
     if not seconds <= MAX_DURATION.total_seconds():  # also inf, from a number of 400 digits
         raise bad_value(what, text, f"a duration of at most {format_duration(MAX_DURATION)}")
     delta = timedelta(seconds=seconds)
