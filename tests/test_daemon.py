@@ -257,6 +257,25 @@ def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemo
     assert d.stop() == 0
 
 
+def test_a_daemon_without_a_schedule_is_said_to_start_timed_jobs(spool, daemons):
+    """With schedule = [] a daemon still starts --at jobs and recurring runs when due: submit, recur add and
+    wait said "no drain is scheduled, so nothing will run it" of those, and rightly so only of untimed jobs."""
+    set_config(spool, schedule=[])
+    d = daemons(spool)
+    d.started()
+    timed = submit("timed", "true\n", "--at", "+1h")
+    assert f"the daemon on host {HOST} starts it then" in timed.err and "no drain" not in timed.err, timed
+    r = run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n")
+    assert r.code == 0 and r.err == f"hourly: the daemon on host {HOST} spools and runs each run as it fires\n", r
+    r = run_cli(["wait", "timed", "--timeout", "1s"])
+    assert r.code == 6 and r.err == "onite: waiting for timed (queued)…\n", r
+    untimed = submit("untimed", "true\n")
+    assert "no drain is scheduled" in untimed.err and "has no schedule" in untimed.err, untimed
+    r = run_cli(["wait", "untimed", "timed", "--timeout", "1s"])
+    assert r.code == 6 and r.err.startswith("onite: no drain is scheduled, so nothing will start one — "), r
+    assert d.stop() == 0
+
+
 def test_a_timed_job_edited_to_an_earlier_time_runs_then(spool, workdir, daemons):
     """onite edit --at moves a queued job's time without touching its file (an edit beside it): the daemon's
     watch read only the file, so a job spooled --at +2h and edited to --at +3s waited the two hours, while

@@ -84,9 +84,9 @@ def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
 
     drain, name = plan(spool, now), label(job.name)
     fits = drain.starters_for(job.pin)
-    daemons = [s for s in fits if s.by == "daemon"]
+    daemons = [host for host in drain.timed if not job.pin or host == job.pin]
     if daemons:
-        said = f"{name}: {LABEL['daemon']} on host {daemons[0].host} spools and runs each run as it fires"
+        said = f"{name}: {LABEL['daemon']} on host {daemons[0]} spools and runs each run as it fires"
     elif fits:
         said = f"{name}: each run is spooled by the first drain after it fires; {starter_text(fits[0], now)}"
     else:

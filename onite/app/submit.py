@@ -505,14 +505,14 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     fits, draining = drain.for_job(spool, job, now)
     # a daemon's drain of timed jobs starts no untimed job: that one waits for the next drain
     draining = [d for d in draining if d.state != BeatState.TIMED or job.not_before is not None]
-    daemons = [s for s in fits if s.by == "daemon"]
+    daemons = drain.timed_for(spool, job, now) if job.not_before is not None else []
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
-        parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
+        parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts it then")
     elif draining:
         parts.append(f"a drain is running now on host {draining[0].host}"
                      + (" (it starts it then, if it is still draining)" if later else ""))
-    elif job.not_before is not None and daemons and not job.after:  # due (--at now): the daemon's wake starts it
-        parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it now")
+    elif daemons and not job.after:  # due (--at now): the daemon's wake starts it
+        parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts it now")
     elif fits:
         parts.append(starter_text(fits[0], now))
     elif job.pin and job.pin != default_host(spool.config):  # this machine's fix would schedule drains that skip it

@@ -48,6 +48,7 @@ class DrainPlan(Record):
     problems: tuple[str, ...] = ()
     fix: str = ""
     by_hand: bool = False  # a personal spool: its owner drains it (onite run), nothing needs to be scheduled
+    timed: tuple[str, ...] = ()  # the hosts of the live daemons, each of which starts a timed job when it is due
 
     @property
     def next(self) -> Starter | None:
@@ -63,6 +64,12 @@ class DrainPlan(Record):
         runs_on = can_run(spool, job, now)
         return ([s for s in self.starters_for(job.pin) if runs_on(s.host)],
                 [d for d in self.draining if (not job.pin or d.host == job.pin) and runs_on(d.host)])
+
+    def timed_for(self, spool, job, now: datetime) -> list[str]:
+        """The hosts whose daemon starts ``job`` when it is due, were it timed (--at, a recurring run): on the host it
+        is pinned to, if any, and one that can give what it asks for. A daemon does so with or without a schedule."""
+        runs_on = can_run(spool, job, now)
+        return [host for host in self.timed if (not job.pin or host == job.pin) and runs_on(host)]
 
 
 def when_text(when: datetime, now: datetime) -> str:
@@ -160,7 +167,8 @@ def plan(spool, now: datetime, *, host: str | None = None) -> DrainPlan:
                         and b not in live), None)
     return DrainPlan(tuple(starters), draining, tuple(problems),
                      fix_command(spool, config, cron_dead=cron_dead, daemon_dead=daemon_dead),
-                     by_hand=owner != 0 and owner == os.geteuid())
+                     by_hand=owner != 0 and owner == os.geteuid(),
+                     timed=tuple(dict.fromkeys(b.host for b in live if b.role == hb.Role.DAEMON)))
 
 
 def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | None = None) -> str:
