@@ -31,10 +31,6 @@ class Limiter:
         self.max_pids = max_pids
         self.pids_v2 = pids_v2
 
-    @property
-    def enforced(self) -> bool:
-        return self.v2 is not None or "memory" in self.v1
-
     def describe(self) -> str:
         """``cgroup v1 (cpu, memory); at most 4096 processes a job``, or why limits are not enforced."""
         if self.v2 is not None:
@@ -223,11 +219,11 @@ def _number(path: str) -> int | None:
 
 
 def _keyed(path: str, key: str) -> int | None:
-    """The number after ``key`` in a flat keyed file (memory.events, cpu.stat, memory.oom_control)."""
+    """The number after ``key`` in a flat keyed file (memory.events, cpu.stat, memory.oom_control, meminfo)."""
     try:
         for line in read_file(path).splitlines():
             words = line.split()
-            if len(words) == 2 and words[0] == key.encode():
+            if len(words) >= 2 and words[0] == key.encode():
                 return int(words[1])
     except (OSError, ValueError):
         pass
@@ -243,12 +239,5 @@ def _words(path: str) -> set[str]:
 
 def machine() -> tuple[int | None, int | None]:
     """MiB of memory (MemTotal) and the CPUs this process may use."""
-    mem = None
-    try:
-        for line in read_file("/proc/meminfo").splitlines():
-            if line.startswith(b"MemTotal:"):
-                mem = int(line.split()[1]) // 1024
-                break
-    except (OSError, ValueError, IndexError):
-        pass
-    return mem, len(os.sched_getaffinity(0))
+    mem = _keyed("/proc/meminfo", "MemTotal:")
+    return (None if mem is None else mem // 1024), len(os.sched_getaffinity(0))

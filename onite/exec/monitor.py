@@ -341,7 +341,6 @@ def _close_all_but(keep: set[int]) -> None:
     """Close every descriptor from 3 up but ``keep``."""
     low = 3
     for fd in sorted(keep):
-        if fd > low:
-            os.closerange(low, fd)
+        os.closerange(low, fd)  # nothing when fd <= low
         low = max(low, fd + 1)
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))

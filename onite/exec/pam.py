@@ -82,12 +82,10 @@ def start(service: str, user: str, fork_job, leave) -> tuple[int | None, str, li
             os._exit(0)
     os.close(write)
     leave()
-    data = b""
     try:
-        while chunk := os.read(read, 65536):
-            data += chunk
+        with open(read, "rb") as pipe:
+            data = pipe.read()
     finally:
-        os.close(read)
         os.waitpid(child, 0)  # once it is reaped, the job is this monitor's child
     try:
         return tuple(json.loads(data))  # what the child wrote: empty or cut short if it died
