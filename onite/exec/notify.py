@@ -50,11 +50,8 @@ def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | No
     """"mail", "command" or None: the notice a final ``result`` calls for (the job's choice, else the spool's)."""
     how = job_notify or config.notify
     when = job_notify_on or config.notify_on
-    if how not in ("mail", "command"):
-        return None
-    if result.state is JobState.FAILED or when == "always" and result.state in (JobState.DONE, JobState.CANCELLED):
-        return how
-    return None
+    ended = result.state is JobState.FAILED or when == "always" and result.state in (JobState.DONE, JobState.CANCELLED)
+    return how if how in ("mail", "command") and ended else None
 
 
 def _one_line(text: str, limit: int = 120) -> str:
