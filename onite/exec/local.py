@@ -192,8 +192,7 @@ class LocalRunner(Runner):
         self._credentials = credentials()
         self._boot = contain.boot_id()
         self._pool = MonitorPool({"contain": self.containment.kind, "base": self.containment.base,
-                                  "v2": self.limiter.v2, "v1": dict(self.limiter.v1),
-                                  "max_pids": self.limiter.max_pids, "pids_v2": self.limiter.pids_v2,
+                                  "limiter": vars(self.limiter),  # the monitor's Slot makes it again
                                   "pam": self.pam.path if self.pam.service else None, "pam_service": self.pam.service})
         for fd in (0, 1, 2):  # /dev/null on any that is closed, so no job file takes its number
             try:

@@ -58,8 +58,7 @@ class Slot:
     def __init__(self, setup: dict) -> None:
         Slot.count += 1
         self.name = f"{contain.SLOT}{os.getpid()}-{Slot.count}"
-        self.limiter = limits.Limiter(v2=setup["v2"], v1=setup["v1"], max_pids=setup["max_pids"],
-                                      pids_v2=setup["pids_v2"])
+        self.limiter = limits.Limiter(**setup["limiter"])
         cgroup = f"{setup['base']}/{self.name}" if setup["contain"] == contain.CGROUP2 and setup["base"] else None
         self.cgroup = cgroup if cgroup and contain.make_cgroup(cgroup) else None  # else: the subreaper contains
         groups = [path for path in self.limiter.groups(self.name, self.cgroup, None) if contain.make_cgroup(path)]
