@@ -12,7 +12,6 @@ import time
 
 from onite.core.runrecord import RunRecord
 from onite.exec import contain, limits
-from onite.exec.contain import signal_exact
 
 ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
 KILL_SETTLE = 5.0  # seconds after SIGKILL in which processes still found are signalled again
@@ -64,7 +63,7 @@ def stop_processes(find, grace: float) -> int:
         if not pids:
             return len(signalled)
         for pid in pids:
-            if (sig == signal.SIGKILL or pid not in signalled) and signal_exact(pid, None, sig):
+            if (sig == signal.SIGKILL or pid not in signalled) and contain.signal_exact(pid, None, sig):
                 signalled.add(pid)
         if sig == signal.SIGKILL and time.monotonic() > deadline + KILL_SETTLE:
             return len(signalled)
