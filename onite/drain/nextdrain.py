@@ -76,13 +76,8 @@ def when_text(when: datetime, now: datetime) -> str:
     """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00`` (with
     seconds for a time within a minute: clock_text)."""
     days = (when.date() - now.date()).days
-    if days == 0:
-        return clock_text(when)
-    if days == 1:
-        return f"tomorrow {clock_text(when)}"
-    if 1 < days < 7:
-        return f"{when:%a} {clock_text(when)}"
-    return f"{when:%Y-%m-%d} {clock_text(when)}"
+    day = "" if days == 0 else "tomorrow " if days == 1 else f"{when:%a} " if 1 < days < 7 else f"{when:%Y-%m-%d} "
+    return day + clock_text(when)
 
 
 def starter_text(starter: Starter, now: datetime) -> str:
@@ -92,13 +87,11 @@ def starter_text(starter: Starter, now: datetime) -> str:
 
 def cron_daemon_running() -> bool:
     """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
-    for pidfile in CRON_PIDFILES:
-        pid = small_text(pidfile, 32).strip()
-        if pid.isdigit() and comm(pid) in CRON_NAMES:
-            return True
-    if not proc_shows_others():
-        return True
-    return any(entry.isdigit() and comm(entry) in CRON_NAMES for entry in os.listdir("/proc"))
+    def is_cron(pid: str) -> bool:
+        return pid.isdigit() and comm(pid) in CRON_NAMES
+
+    return (any(is_cron(small_text(pidfile, 32).strip()) for pidfile in CRON_PIDFILES) or not proc_shows_others()
+            or any(map(is_cron, os.listdir("/proc"))))
 
 
 def plan(spool, now: datetime, *, host: str | None = None) -> DrainPlan:
