@@ -261,16 +261,14 @@ class Driver:
         except SpoolIOError as err:  # a host's first drain on a full disk
             self.finisher.note_cannot_record(str(err))
             return
-        try:  # a daemon's onite.toml may have been reloaded since
-            check_capacity(self.config, self.host, str(self.spool.config_path))
-        except ConfigError as err:
-            self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
-            return
         local = night.runner.executor == "local"
         pam = self._pam if local else None
-        if pam is not None and pam.required and pam.service is None:
-            self.log.event("error", host=self.host, error=f'pam = "required" in onite.toml, but {pam.why}',
-                           note="nothing is drained until it is fixed")
+        try:  # a daemon's onite.toml may have been reloaded since
+            check_capacity(self.config, self.host, str(self.spool.config_path))
+            if pam is not None and pam.required and pam.service is None:
+                raise ConfigError(f'pam = "required" in onite.toml, but {pam.why}')
+        except ConfigError as err:
+            self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
             return
         self.log.event("driver-start", host=self.host, slots=night.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=night.runner.executor,
@@ -315,9 +313,6 @@ class Driver:
 
     def _loop(self, wakeup_fd: int) -> None:
         night = self.night
-        poller = select.poll()
-        poller.register(wakeup_fd, select.POLLIN)
-        registered: set[int] = set()
         while True:
             self._handle_signals()
             if night.hard_stop:  # kill what runs: each goes back to its queue when it has ended
@@ -355,12 +350,9 @@ class Driver:
                         return
                 else:
                     self._say_waiting()
-            fds = set(night.runner.wait_fds())
-            for fd in registered - fds:
-                poller.unregister(fd)
-            for fd in fds - registered:
+            poller = select.poll()  # the signals' pipe and what the runner waits on now
+            for fd in (wakeup_fd, *night.runner.wait_fds()):
                 poller.register(fd, select.POLLIN)
-            registered = fds
             for fd, _ in poller.poll(self._timeout() * 1000):
                 if fd == wakeup_fd:
                     with suppress(BlockingIOError):

@@ -290,12 +290,9 @@ class Finisher:
             self.night.log.event("error", name, error=reason, note="set aside in refused/; please report this")
             traceback.print_exc(file=sys.stderr)
             for path in paths:
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                self.move_aside(path, name, st, reason)
-                break
+                if os.path.lexists(path):
+                    self.move_aside(path, name, None, reason)
+                    break
 
     def put_back_unstarted(self, run: Run, why: str) -> None:
         """Nothing of ``run`` started, for nothing could be recorded: put it back, start nothing more."""

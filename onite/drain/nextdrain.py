@@ -62,27 +62,20 @@ class DrainPlan(Record):
         """The starters, and the drivers draining now, that may run ``job``: on the host it is pinned to, if any,
         and one that can give what it asks for (can_run)."""
         runs_on = can_run(spool, job, now)
-        return ([s for s in self.starters_for(job.pin) if runs_on(s.host)],
-                [d for d in self.draining if (not job.pin or d.host == job.pin) and runs_on(d.host)])
+        return [s for s in self.starters if runs_on(s.host)], [d for d in self.draining if runs_on(d.host)]
 
     def timed_for(self, spool, job, now: datetime) -> list[str]:
         """The hosts whose daemon starts ``job`` when it is due, were it timed (--at, a recurring run): on the host it
         is pinned to, if any, and one that can give what it asks for. A daemon does so with or without a schedule."""
-        runs_on = can_run(spool, job, now)
-        return [host for host in self.timed if (not job.pin or host == job.pin) and runs_on(host)]
+        return list(filter(can_run(spool, job, now), self.timed))
 
 
 def when_text(when: datetime, now: datetime) -> str:
     """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00`` (with
     seconds for a time within a minute: clock_text)."""
     days = (when.date() - now.date()).days
-    if days == 0:
-        return clock_text(when)
-    if days == 1:
-        return f"tomorrow {clock_text(when)}"
-    if 1 < days < 7:
-        return f"{when:%a} {clock_text(when)}"
-    return f"{when:%Y-%m-%d} {clock_text(when)}"
+    day = "" if days == 0 else "tomorrow " if days == 1 else f"{when:%a} " if 1 < days < 7 else f"{when:%Y-%m-%d} "
+    return day + clock_text(when)
 
 
 def starter_text(starter: Starter, now: datetime) -> str:
@@ -92,13 +85,11 @@ def starter_text(starter: Starter, now: datetime) -> str:
 
 def cron_daemon_running() -> bool:
     """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
-    for pidfile in CRON_PIDFILES:
-        pid = small_text(pidfile, 32).strip()
-        if pid.isdigit() and comm(pid) in CRON_NAMES:
-            return True
-    if not proc_shows_others():
-        return True
-    return any(entry.isdigit() and comm(entry) in CRON_NAMES for entry in os.listdir("/proc"))
+    def is_cron(pid: str) -> bool:
+        return pid.isdigit() and comm(pid) in CRON_NAMES
+
+    return (any(is_cron(small_text(pidfile, 32).strip()) for pidfile in CRON_PIDFILES) or not proc_shows_others()
+            or any(map(is_cron, os.listdir("/proc"))))
 
 
 def plan(spool, now: datetime, *, host: str | None = None) -> DrainPlan:
@@ -192,14 +183,16 @@ def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | No
 
 
 def can_run(spool, job, now: datetime):
-    """Whether a host of the spool could ever run ``job``'s request (never_fits, the rule of submit, the driver
-    and list), as a function of the host's name."""
+    """Whether a host of the spool may run ``job``: the host it is pinned to, if any, and one that could ever give
+    what it asks for (never_fits, the rule of submit, the driver and list), as a function of the host's name."""
     need = request_of(job.mem, job.cpus)
     if spool.config.executor != "local" or not (need.mem or need.cpus):
-        return lambda host: True
+        return lambda host: not job.pin or host == job.pin
     sizes = hb.spool_hosts(spool, now)
 
     def runs_on(host: str) -> bool:
+        if job.pin and host != job.pin:
+            return False
         try:
             return not never_fits(spool.config, need, {host: sizes.get(host, (None, None))},
                                   source=str(spool.config_path))
