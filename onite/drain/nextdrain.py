@@ -74,8 +74,13 @@ def when_text(when: datetime, now: datetime) -> str:
     """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00`` (with
     seconds for a time within a minute: clock_text)."""
     days = (when.date() - now.date()).days
-    day = "" if days == 0 else "tomorrow " if days == 1 else f"{when:%a} " if 1 < days < 7 else f"{when:%Y-%m-%d} "
-    return day + clock_text(when)
+    if days == 0:
+        return clock_text(when)
+    if days == 1:
+        return f"tomorrow {clock_text(when)}"
+    if 1 < days < 7:
+        return f"{when:%a} {clock_text(when)}"
+    return f"{when:%Y-%m-%d} {clock_text(when)}"
 
 
 def starter_text(starter: Starter, now: datetime) -> str:
