@@ -154,21 +154,14 @@ def running_view(spool: SpoolDir, entry: Entry) -> JobView:
             reason = f"{record.slurm_state.lower()} in Slurm" + (f" ({why})" if why and why != "None" else "")
     if record is not None and record.ended and (ended := parse_stamp(record.ended_at)):
         reason = ENDED_NOT_FILED
-    rank = _checked(lambda: v.integer(data, "rank", 0, MAX_PRIORITIES))
+    rank, attempt, external = data.get("rank"), data.get("attempt"), data.get("external_id")
+    rank = rank if v.is_whole(rank, 0, MAX_PRIORITIES) else None
     return JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="running",
                    priority=rank or None, urgent=rank == 0,
                    submitted=parse_stamp(data.get("queued")) or _when(entry.ctime_ns), host=entry.host,
                    started=started, finished=ended, reason=reason, nodes=nodes,
-                   attempt=_checked(lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
-                   external_id=_checked(lambda: v.optional_text(data, "external_id")))
-
-
-def _checked(read: Callable[[], object]):
-    """What ``read`` returns of a run record's field; None where it is damaged (ValueError)."""
-    try:
-        return read()
-    except ValueError:
-        return None
+                   attempt=attempt if v.is_whole(attempt, 1, MAX_RETRIES + 1) else None,
+                   external_id=external if isinstance(external, str) else None)
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool = False, held: bool | None = None) -> list[str]:
