@@ -322,7 +322,8 @@ def plant(spool: Path, key: str, job: Job, *, owner: tuple[int, int] | None = No
     """A template as `recur add` would have written it at ``key``, but created long ago (its `submitted`)."""
     from onite.spool.files import create_file
 
-    return create_file(spool / "recur", key, encode(job), mode=mode, owner=owner)
+    create_file(spool / "recur", key, encode(job), mode=mode, owner=owner)
+    return spool / "recur" / key
 
 
 def old_template(body: bytes, rule, *, days: int = 3, key: str = "root:x") -> Job:

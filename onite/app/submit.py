@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, remove_holds
@@ -115,12 +116,8 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
     folder = spool.folder_for(job.priority, job.urgent)
     try:
         for _ in range(NAMESAKE_TRIES):
-            path = create_file(folder, job.name, encode(job), owner=owner)
-            try:
-                made = os.lstat(path)
-            except FileNotFoundError:  # claimed already: it runs
-                return
-            if not _elsewhere(spool, job.name, folder, made) or not _take_back(path, made):
+            made = create_file(folder, job.name, encode(job), owner=owner)
+            if not _namesakes_met(spool, {job.name: (folder, made)}):  # alone, or the one claimed is ours: it runs
                 return
             refuse_taken(spool, [job.name], caller.uid if owner is None else owner[0])  # the other stays
             import random
@@ -215,18 +212,6 @@ def _take_back(path, made: os.stat_result) -> bool:
     return False
 
 
-def _elsewhere(spool: SpoolDir, key: str, folder, made: os.stat_result) -> bool:
-    """Is there a file at ``key``, other than ``made``, in a queue or running folder other than ``folder``?"""
-    folders = [f for _, f in spool.queue_folders() if f != folder] + [spool.running_dir(h) for h in spool.hosts()]
-    for other in folders:
-        try:
-            if not os.path.samestat(os.lstat(other / key), made):  # ours, claimed meanwhile, is not another
-                return True
-        except OSError:  # none there
-            pass
-    return False
-
-
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
     """Refused: a key that is queued or running, or a file at it that is not ``uid``'s (a forgery); a big batch's
     keys are looked for in one listing a folder."""
@@ -281,9 +266,9 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
     jobs = checked_jobs(spool, request, texts, captured, caller)
     keys = [job.name for job in jobs]
     markers = prepare_holds(spool, keys, caller, hold=request.hold)
-    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job)) for job in jobs)
+    folders = [spool.folder_for(job.priority, job.urgent) for job in jobs]
     try:
-        create_batch(files)
+        made = create_batch((folder, job.name, encode(job)) for folder, job in zip(folders, jobs))
     except OniteError as err:
         created = getattr(err, "created", 0)
         undo_holds(markers[created:])  # held: one a job, in order
@@ -298,7 +283,7 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise err from None
-    taken = _namesakes_met(spool, jobs)
+    taken = _namesakes_met(spool, {job.name: (folder, st) for job, folder, st in zip(jobs, folders, made)})
     if taken:  # as write_job: another submit put these keys in another folder at the same moment; theirs stay
         undo_holds([m for m, key in zip(markers, keys) if key in taken] if request.hold else [])
         first = next(key for key in keys if key in taken)
@@ -308,25 +293,24 @@ def submit_many(spool: SpoolDir, request: SubmitRequest, texts: Sequence[tuple[s
     return jobs
 
 
-def _namesakes_met(spool: SpoolDir, jobs: list[Job]) -> set[str]:
-    """The keys of ``jobs``, just made, found in another queue or running folder too, whose own files were taken
-    back (one a driver has claimed meanwhile stays: it runs)."""
+def _namesakes_met(spool: SpoolDir, made: dict[str, tuple[Path, os.stat_result]]) -> set[str]:
+    """The keys of the files just ``made`` (key → its folder, the file as made) found in another queue or running
+    folder too, whose own files were taken back (ours, claimed meanwhile, is no other: it runs); a big batch's keys
+    are looked for in one listing a folder, as refuse_taken does."""
     met = set()
-    keys = {job.name: spool.folder_for(job.priority, job.urgent) for job in jobs}
     folders = [f for _, f in spool.queue_folders()] + [spool.running_dir(h) for h in spool.hosts()]
     for other in folders:
-        for entry in listing(other):
-            folder = keys.get(entry.name)
-            if folder is None or folder == other or entry.name in met:
+        names = made if len(made) < 64 else [entry.name for entry in listing(other) if entry.name in made]
+        for name in names:
+            folder, ours = made[name]
+            if folder == other or name in met:
                 continue
             try:
-                made = os.lstat(folder / entry.name)
-                if os.path.samestat(made, os.lstat(other / entry.name)):  # ours, claimed meanwhile
-                    continue
-            except FileNotFoundError:  # ours claimed, or theirs gone meanwhile
+                theirs = os.lstat(other / name)
+            except OSError:  # none there
                 continue
-            if _take_back(folder / entry.name, made):
-                met.add(entry.name)
+            if not os.path.samestat(ours, theirs) and _take_back(folder / name, ours):
+                met.add(name)
     return met
 
 

@@ -121,8 +121,9 @@ def _rename(path: Path, target: Path | None, action: str) -> bool:
 
 def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
     """Write ``job``'s limits as a new edit of it, ``owner``'s. Raises SpoolError: no edit/; SpoolIOError."""
-    return create_file(folder, f"{job.name}{SIDE}{token()}", encode(job._replace(env={}, body=EDIT_TEXT)),
-                       owner=owner)
+    name = f"{job.name}{SIDE}{token()}"
+    create_file(folder, name, encode(job._replace(env={}, body=EDIT_TEXT)), owner=owner)
+    return folder / name
 
 
 def withdraw_edit(path: Path) -> bool:

@@ -49,13 +49,13 @@ def _taken(path: Path | str) -> Refused:
 
 
 def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
-                owner: tuple[int, int] | None = None) -> Path:
-    """Create ``folder/name`` holding ``data``, durably, never replacing a file.
+                owner: tuple[int, int] | None = None) -> os.stat_result:
+    """Create ``folder/name`` holding ``data``, durably, never replacing a file; the file as made.
     Raises Refused: the name exists; SpoolError, SpoolIOError."""
     tmp = write_unnamed(folder, name, data, mode, owner, durable=True)
-    _link_name(tmp, folder, name)
+    made = _link_name(tmp, folder, name)
     fsync_dir(folder)
-    return folder / name
+    return made
 
 
 def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
@@ -101,14 +101,14 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
             fsync_dir(folder)
 
 
-def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
-    """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does; return how many.
+def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> list[os.stat_result]:
+    """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does; the files as made.
 
     An fsync each would cost more than the rest of a submit, so each chunk is written under dot-names,
     made durable together, then named in order (ctimes never decrease). On an error the files named stay
     (those written before a failed write are named first) and the other dot-names go.
     Raises Refused, SpoolError, SpoolIOError, with ``created``: how many were made before it."""
-    written = 0
+    made: list[os.stat_result] = []
     folders: dict[Path, None] = {}
     pending: deque[tuple[str, Path, str]] = deque()  # (tmp path, folder, name) written, not yet named
     try:
@@ -117,27 +117,26 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
             try:
                 pending.append((write_unnamed(folder, name, data, 0o600, None), folder, name))
             except SpoolIOError:
-                _name_durably(pending)
+                _name_durably(pending, made)
                 raise
-            written += 1
             if len(pending) >= BATCH_CHUNK:
-                _name_durably(pending)
-        _name_durably(pending)
+                _name_durably(pending, made)
+        _name_durably(pending, made)
     except OniteError as err:
-        err.created = written - len(pending)
+        err.created = len(made)
         raise
     finally:
         for tmp, _, _ in pending:
             discard(tmp)
         for folder in folders:
             fsync_dir(folder)
-    return written
+    return made
 
 
-def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
+def _name_durably(pending: deque[tuple[str, Path, str]], made: list[os.stat_result]) -> None:
     _make_durable([tmp for tmp, _, _ in pending])
     while pending:
-        _link_name(*pending[0])
+        made.append(_link_name(*pending[0]))
         pending.popleft()
 
 
@@ -207,13 +206,14 @@ def _make_durable(paths: list[str]) -> None:
             os.close(fd)
 
 
-def _link_name(tmp: str, folder: Path, name: str) -> None:
+def _link_name(tmp: str, folder: Path, name: str) -> os.stat_result:
     """Name the dot-name without replacing a file: RENAME_NOREPLACE, else link then unlink (a driver that
-    sees the second link waits: filecheck.SETTLING). Raises Refused, SpoolIOError."""
+    sees the second link waits: filecheck.SETTLING); the file as made. Raises Refused, SpoolIOError."""
     final = folder / name
     try:
+        made = os.lstat(tmp)  # the writer's own dot-name: in a sticky folder no one else can swap it
         if rename_noreplace(tmp, str(final)):
-            return
+            return made
         os.link(tmp, final)
     except FileExistsError:
         discard(tmp)
@@ -222,6 +222,7 @@ def _link_name(tmp: str, folder: Path, name: str) -> None:
         discard(tmp)
         raise SpoolIOError(final, "writing", err) from None
     discard(tmp)
+    return made
 
 
 @functools.cache
