@@ -301,7 +301,6 @@ class TimedWatch:
         self._made = (folders, hold_dir, edit_dir)
         self.host, self.max_size = host, max_size  # max_job_size: an edit is read as the driver reads it
         self.jobs: dict[tuple[int, str], _Seen] = {}
-        self.header_reads = 0
         self._listings = -1
         self._edits: dict | None = None  # edit/'s markers as last looked at
 
@@ -340,7 +339,6 @@ class TimedWatch:
         if mark == seen.edits:
             return
         job = read_edited(path, key[1], seen.uid, {key[1]: edits}, self.max_size) if mark else None
-        self.header_reads += len(mark)
         self.jobs[key] = seen._replace(not_before=job.not_before if job is not None else seen.file_at, edits=mark)
 
     def _look(self, key: tuple[int, str], path: Path) -> None:
@@ -352,7 +350,6 @@ class TimedWatch:
             self.jobs[key] = _Seen(st.st_ctime_ns)  # never runs: the driver moves it aside
         elif st.st_nlink == 1:  # else being spooled right now: looked at again at the next listing
             fields = _header_fields(path, st)
-            self.header_reads += 1
             # a time the job file cannot hold makes it damaged: the driver refuses it
             at = parse_stamp(fields.get("at"))
             self.jobs[key] = _Seen(st.st_ctime_ns, at, fields.get("pin"), st.st_uid, at)
