@@ -297,24 +297,22 @@ class TimedWatch:
 
     def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path, edit_dir: Path | None = None,
                  max_size: int = 0) -> None:
-        self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
         self._made = (folders, hold_dir, edit_dir)
         self.host, self.max_size = host, max_size  # max_job_size: an edit is read as the driver reads it
         self.jobs: dict[tuple[int, str], _Seen] = {}
-        self._listings = -1
-        self._edits: dict | None = None  # edit/'s markers as last looked at
+        self.relist()
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
-        self.index.set_folders(folders)
         self._made = (folders, *self._made[1:])
-        self._listings = -1
+        self.relist()
 
     def relist(self) -> None:
         """After a drain: it moved files out and back under the same names (a retry, a requeue), which a listing
         that knows a name already does not look at again. Listed afresh; only a file whose ctime moved is read."""
         folders, hold_dir, edit_dir = self._made
         self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
-        self._listings, self._edits = -1, None
+        self._listings = -1
+        self._edits: dict | None = None  # edit/'s markers as last looked at
 
     def refresh(self) -> None:
         self.index.refresh()
