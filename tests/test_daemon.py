@@ -661,7 +661,7 @@ def test_timed_watch_reads_only_new_headers(spool, monkeypatch):
     for i in range(30):
         submit(f"plain{i}", "true\n")
     submit("timed", "true\n", "--at", "+1h")
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), HOST, SpoolDir(spool).hold_dir)
+    watch = TimedWatch(SpoolDir(spool), HOST)
     watch.refresh()
     assert len(reads) == 31 and watch.timed() == 1
     first = watch.next_due(None)
@@ -674,7 +674,7 @@ def test_timed_watch_reads_only_new_headers(spool, monkeypatch):
     assert watch.next_due(first) > first  # a drain at `first` dealt with that one
     for name in ("timed", "another"):  # held jobs do not wake the daemon
         assert run_cli(["hold", name]).code == 0
-    fresh = TimedWatch(SpoolDir(spool).queue_folders(), HOST, SpoolDir(spool).hold_dir)
+    fresh = TimedWatch(SpoolDir(spool), HOST)
     fresh.refresh()
     assert fresh.timed() == 2 and fresh.next_due(None) is None
     assert run_cli(["release", "another"]).code == 0  # a release removes a marker in hold/: no job file changes

@@ -30,6 +30,7 @@ from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
 from onite.spool.edits import EDITS_READ, read_edited, trusted
 from onite.spool.filecheck import BadFile, open_checked
+from onite.spool.paths import SpoolDir
 from onite.spool.scan import RACY_NS, held_by, read_markers
 
 RESCAN_EVERY = 1.0
@@ -295,22 +296,17 @@ class _Seen(Record):
 class TimedWatch:
     """Not-before times of the queued jobs this host may run, kept current cheaply."""
 
-    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path, edit_dir: Path | None = None,
-                 max_size: int = 0) -> None:
-        self._made = (folders, hold_dir, edit_dir)
-        self.host, self.max_size = host, max_size  # max_job_size: an edit is read as the driver reads it
+    def __init__(self, spool: SpoolDir, host: str) -> None:
+        self.spool, self.host = spool, host
+        self.max_size = spool.config.max_job_size  # an edit is read as the driver reads it
         self.jobs: dict[tuple[int, str], _Seen] = {}
-        self.relist()
-
-    def set_folders(self, folders: list[tuple[int, Path]]) -> None:
-        self._made = (folders, *self._made[1:])
         self.relist()
 
     def relist(self) -> None:
         """After a drain: it moved files out and back under the same names (a retry, a requeue), which a listing
-        that knows a name already does not look at again. Listed afresh; only a file whose ctime moved is read."""
-        folders, hold_dir, edit_dir = self._made
-        self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
+        that knows a name already does not look at again; after a reload: its folders. Listed afresh; only a file
+        whose ctime moved is read."""
+        self.index = QueueIndex(self.spool.queue_folders(), hold_dir=self.spool.hold_dir, edit_dir=self.spool.edit_dir)
         self._listings = -1
         self._edits: dict | None = None  # edit/'s markers as last looked at
 
