@@ -86,7 +86,7 @@ class _Folder:
 class MarkerIndex:
     """The markers of hold/ or edit/ (read_markers), listed again only when the folder changed."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.found: dict = {}
         self.mtime_ns = -1
@@ -94,8 +94,6 @@ class MarkerIndex:
 
     def refresh(self) -> bool:
         """Look at the folder again if it changed; True if the markers differ from the last look."""
-        if self.path is None:
-            return False
         try:
             mtime = os.stat(self.path).st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):
@@ -122,17 +120,17 @@ class MarkerIndex:
 class QueueIndex:
     """Queued jobs in run order, kept current with as few directory listings as possible."""
 
-    def __init__(self, folders: list[tuple[int, Path]], *, hold_dir: Path | None = None,
-                 edit_dir: Path | None = None) -> None:
-        self.folders = [_Folder(rank, path) for rank, path in folders]
+    def __init__(self, spool: SpoolDir) -> None:
+        self.spool = spool
+        self.folders = [_Folder(rank, path) for rank, path in spool.queue_folders()]
         self.listings = 0
-        self.holds = MarkerIndex(hold_dir)
-        self.edits = MarkerIndex(edit_dir)
+        self.holds = MarkerIndex(spool.hold_dir)
+        self.edits = MarkerIndex(spool.edit_dir)
 
-    def set_folders(self, folders: list[tuple[int, Path]]) -> None:
-        """After a reload that changed the number of priorities."""
+    def set_folders(self) -> None:
+        """After a reload that changed the number of priorities: the spool's queue folders now."""
         known = {f.path: f for f in self.folders}
-        self.folders = [known.get(path) or _Folder(rank, path) for rank, path in folders]
+        self.folders = [known.get(path) or _Folder(rank, path) for rank, path in self.spool.queue_folders()]
 
     def held_now(self, name: str, uid: int) -> bool:
         """Is ``uid``'s job ``name`` held by hold/ as it is now (one stat if it did not change)?"""
@@ -306,7 +304,7 @@ class TimedWatch:
         """After a drain: it moved files out and back under the same names (a retry, a requeue), which a listing
         that knows a name already does not look at again; after a reload: its folders. Listed afresh; only a file
         whose ctime moved is read."""
-        self.index = QueueIndex(self.spool.queue_folders(), hold_dir=self.spool.hold_dir, edit_dir=self.spool.edit_dir)
+        self.index = QueueIndex(self.spool)
         self._listings = -1
         self._edits: dict | None = None  # edit/'s markers as last looked at
 
