@@ -1369,7 +1369,7 @@ def test_a_socket_swapped_in_and_out_of_a_queue_is_no_job_file_to_any_reader(spo
                     read_job_file(queue / f"nobody:s{i}", 1 << 20)
                 except BadFile as err:
                     sockets += "a socket" in str(err)
-            TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir).refresh()  # a daemon's first look
+            TimedWatch(SpoolDir(spool), "h1").refresh()  # a daemon's first look
             looks += 1
         assert sockets and looks, (sockets, looks)  # the race was met
     finally:

@@ -555,7 +555,7 @@ def test_listings_hold_only_job_names(scratch_spool, raw_names):
     json.loads(list_json(scratch_spool, include_all=True))
     assert all(is_valid_key(v.name) for v in views)
     assert all(is_valid_key(e.name) for e in cancel_inbox(scratch_spool))
-    index = QueueIndex(scratch_spool.queue_folders())
+    index = QueueIndex(scratch_spool)
     index.refresh(force=True)
     found = {c.name for c in index.candidates()}
     strays = {c.name for c in index.strays()}

@@ -346,7 +346,7 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
         (queue / f"root:{name}").write_bytes(with_line(job_bytes(f"root:{name}", str(workdir)), at))
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
+    watch = TimedWatch(SpoolDir(spool), "h1")
     watch.refresh()
     assert watch.timed() == 0 and watch.next_due(None) is None
 
@@ -371,7 +371,7 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
         with open("/proc/self/io") as io:
             return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
+    watch = TimedWatch(SpoolDir(spool), "h1")
     before = read_bytes()
     watch.refresh()
     assert read_bytes() - before < 20 * WATCHED_HEAD + (1 << 20)  # the folders' listings aside
@@ -400,7 +400,7 @@ def test_a_users_files_named_as_no_job_are_not_kept_by_the_daemon_once_gone(spoo
     from onite.spool.index import TimedWatch
 
     queue = spool / "jobs" / "P4"
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
+    watch = TimedWatch(SpoolDir(spool), "h1")
 
     def churn(round_: int) -> None:
         for old in os.listdir(queue):
@@ -429,7 +429,7 @@ def test_a_users_jobs_moved_away_and_back_again_and_again_are_not_kept_by_the_da
     names = [f"nobody:f{i}" for i in range(100)]
     assert as_user(lambda: [os.close(os.open(queue / n, os.O_CREAT | os.O_WRONLY, 0o600)) for n in names] and None) \
         == ("ok", None)
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
+    watch = TimedWatch(SpoolDir(spool), "h1")
     watch.refresh()
 
     def flip(round_: int) -> None:

@@ -152,7 +152,7 @@ def test_locate_order(tmp_path):
     root = locate(None, env, 0)
     assert (root.path, root.source) == (system, "system")
     user = locate(None, env, 1000)
-    assert user.personal_default and user.path == Path("/home/u/.local/state/onite")
+    assert user.source == "personal" and user.path == Path("/home/u/.local/state/onite")
     assert user.describe() == ("personal spool /home/u/.local/state/onite "
                                f"(default: there is no system spool at {system})")
     default = locate(None, {**env, "ONITE_SYSTEM_CONFIG": str(tmp_path / "none.toml")}, 0)

@@ -16,14 +16,14 @@ from onite.spool.paths import SpoolDir
 def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     """The spool a command works on (``--spool``, ONITE_SPOOL, the default; a personal one is made).
     ``reading``: a command that only reads goes on past a bad onite.toml, with the defaults of what is wrong."""
-    from onite.spool.locate import locate
+    from onite.spool.locate import Source, locate
 
     where = locate(spool, os.environ, os.geteuid())
     target = SpoolDir(where.path)
     target.location = where
     if reading:
         target.config_faults = []
-    if where.personal_default and not target.exists():
+    if where.source == Source.PERSONAL and not target.exists():
         from onite.spool.skeleton import init_spool  # once per user: not on every submit's path
 
         try:

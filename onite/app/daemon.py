@@ -54,8 +54,7 @@ class Daemon:
         self.signals: list[int] = []
         self.stopping = False
         self.recur = RecurScheduler(spool, self.log, clock=self.clock, read_budget=READ_BUDGET)
-        self.watch = TimedWatch(spool.queue_folders(), self.host, spool.hold_dir, spool.edit_dir,
-                                spool.config.max_job_size)
+        self.watch = TimedWatch(spool, self.host)
         self.schedule: tuple[str, ...] = ()
         self._refused_schedule = None  # the last schedule in onite.toml found not valid (logged once)
         self.last: datetime | None = None  # the last schedule time handled
@@ -311,7 +310,7 @@ class Daemon:
 
     def _after_reload(self) -> None:
         """The driver may have re-read onite.toml on HUP: follow its schedule and folders."""
-        self.watch.set_folders(self.spool.queue_folders())
+        self.watch.relist()
         self._sync_schedule()
 
     def _sync_schedule(self) -> None:

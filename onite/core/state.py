@@ -225,11 +225,7 @@ _RESULT_KEYS = ("name", "uid", "user", "priority", "urgent", "state", "reason", 
 def json_fields(record: object, keys: tuple[str, ...]) -> dict:
     """The attributes of ``record`` named ``keys``, times in ISO 8601."""
     data = {key: getattr(record, key) for key in keys}
-    for key in ("submitted", "queued", "started", "finished"):
-        value = data.get(key)
-        if value is not None:
-            data[key] = value.isoformat()
-    return data
+    return {key: value.isoformat() if isinstance(value, datetime) else value for key, value in data.items()}
 
 
 def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str, host: str, now: datetime,

@@ -135,7 +135,7 @@ class Driver:
             night.log.event("reload-failed", error=str(err), note="keeping the previous settings")
             return
         night.config = config
-        night.index.set_folders(self.spool.queue_folders())
+        night.index.set_folders()
         night.runner.reload(config)
         night.slots = self.slots
         night.window_end = window_end(self.window_from, self.until)

@@ -124,8 +124,7 @@ class Night:
 
     def __post_init__(self) -> None:
         # paced by the real clock: it bounds cost, decides nothing
-        self.index = QueueIndex(self.spool.queue_folders(), hold_dir=self.spool.hold_dir,
-                                edit_dir=self.spool.edit_dir)
+        self.index = QueueIndex(self.spool)
         self.jobs = JobFiles(self.config.max_job_size, self.clock)
         self.starts = StartLog(self.log)
         forget_accounts()

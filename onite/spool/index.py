@@ -30,6 +30,7 @@ from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
 from onite.spool.edits import EDITS_READ, read_edited, trusted
 from onite.spool.filecheck import BadFile, open_checked
+from onite.spool.paths import SpoolDir
 from onite.spool.scan import RACY_NS, held_by, read_markers
 
 RESCAN_EVERY = 1.0
@@ -85,7 +86,7 @@ class _Folder:
 class MarkerIndex:
     """The markers of hold/ or edit/ (read_markers), listed again only when the folder changed."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.found: dict = {}
         self.mtime_ns = -1
@@ -93,8 +94,6 @@ class MarkerIndex:
 
     def refresh(self) -> bool:
         """Look at the folder again if it changed; True if the markers differ from the last look."""
-        if self.path is None:
-            return False
         try:
             mtime = os.stat(self.path).st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):
@@ -121,17 +120,17 @@ class MarkerIndex:
 class QueueIndex:
     """Queued jobs in run order, kept current with as few directory listings as possible."""
 
-    def __init__(self, folders: list[tuple[int, Path]], *, hold_dir: Path | None = None,
-                 edit_dir: Path | None = None) -> None:
-        self.folders = [_Folder(rank, path) for rank, path in folders]
+    def __init__(self, spool: SpoolDir) -> None:
+        self.spool = spool
+        self.folders = [_Folder(rank, path) for rank, path in spool.queue_folders()]
         self.listings = 0
-        self.holds = MarkerIndex(hold_dir)
-        self.edits = MarkerIndex(edit_dir)
+        self.holds = MarkerIndex(spool.hold_dir)
+        self.edits = MarkerIndex(spool.edit_dir)
 
-    def set_folders(self, folders: list[tuple[int, Path]]) -> None:
-        """After a reload that changed the number of priorities."""
+    def set_folders(self) -> None:
+        """After a reload that changed the number of priorities: the spool's queue folders now."""
         known = {f.path: f for f in self.folders}
-        self.folders = [known.get(path) or _Folder(rank, path) for rank, path in folders]
+        self.folders = [known.get(path) or _Folder(rank, path) for rank, path in self.spool.queue_folders()]
 
     def held_now(self, name: str, uid: int) -> bool:
         """Is ``uid``'s job ``name`` held by hold/ as it is now (one stat if it did not change)?"""
@@ -295,27 +294,19 @@ class _Seen(Record):
 class TimedWatch:
     """Not-before times of the queued jobs this host may run, kept current cheaply."""
 
-    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path, edit_dir: Path | None = None,
-                 max_size: int = 0) -> None:
-        self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
-        self._made = (folders, hold_dir, edit_dir)
-        self.host, self.max_size = host, max_size  # max_job_size: an edit is read as the driver reads it
+    def __init__(self, spool: SpoolDir, host: str) -> None:
+        self.spool, self.host = spool, host
+        self.max_size = spool.config.max_job_size  # an edit is read as the driver reads it
         self.jobs: dict[tuple[int, str], _Seen] = {}
-        self.header_reads = 0
-        self._listings = -1
-        self._edits: dict | None = None  # edit/'s markers as last looked at
-
-    def set_folders(self, folders: list[tuple[int, Path]]) -> None:
-        self.index.set_folders(folders)
-        self._made = (folders, *self._made[1:])
-        self._listings = -1
+        self.relist()
 
     def relist(self) -> None:
         """After a drain: it moved files out and back under the same names (a retry, a requeue), which a listing
-        that knows a name already does not look at again. Listed afresh; only a file whose ctime moved is read."""
-        folders, hold_dir, edit_dir = self._made
-        self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
-        self._listings, self._edits = -1, None
+        that knows a name already does not look at again; after a reload: its folders. Listed afresh; only a file
+        whose ctime moved is read."""
+        self.index = QueueIndex(self.spool)
+        self._listings = -1
+        self._edits: dict | None = None  # edit/'s markers as last looked at
 
     def refresh(self) -> None:
         self.index.refresh()
@@ -340,7 +331,6 @@ class TimedWatch:
         if mark == seen.edits:
             return
         job = read_edited(path, key[1], seen.uid, {key[1]: edits}, self.max_size) if mark else None
-        self.header_reads += len(mark)
         self.jobs[key] = seen._replace(not_before=job.not_before if job is not None else seen.file_at, edits=mark)
 
     def _look(self, key: tuple[int, str], path: Path) -> None:
@@ -352,7 +342,6 @@ class TimedWatch:
             self.jobs[key] = _Seen(st.st_ctime_ns)  # never runs: the driver moves it aside
         elif st.st_nlink == 1:  # else being spooled right now: looked at again at the next listing
             fields = _header_fields(path, st)
-            self.header_reads += 1
             # a time the job file cannot hold makes it damaged: the driver refuses it
             at = parse_stamp(fields.get("at"))
             self.jobs[key] = _Seen(st.st_ctime_ns, at, fields.get("pin"), st.st_uid, at)

@@ -35,10 +35,6 @@ class Location(Record):
     source: Source
     reason: str = ""  # why this one: "default: it exists", "given with --spool", …
 
-    @property
-    def personal_default(self) -> bool:
-        return self.source == Source.PERSONAL
-
     def describe(self) -> str:
         """``system spool /var/spool/onite (default: it exists)``."""
         kind = {Source.SYSTEM: "system spool ", Source.PERSONAL: "personal spool "}.get(self.source, "")

@@ -43,6 +43,8 @@ class SpoolDir:
         self.edit_dir = root / "edit"
         self.locks_dir = root / "locks"
         self.urgent_dir = self.jobs_dir / "urgent"
+        self.recur_state_path = root / "recur.state"
+        self.recur_lock_path = self.locks_dir / "recur.lock"
         self.location = None  # the onite.spool.locate.Location a command found it by, if it did
         # a list: onite.toml's faults go there and their defaults are used (a command that only reads); None: refused
         self.config_faults: list | None = None
@@ -59,14 +61,8 @@ class SpoolDir:
     def metrics_lock_path(self, host: str) -> Path:
         return self.locks_dir / f"metrics.{host}.lock"
 
-    def recur_lock_path(self) -> Path:
-        return self.locks_dir / "recur.lock"
-
     def wake_path(self, host: str) -> Path:
         return self.locks_dir / f"wake.{host}"
-
-    def recur_state_path(self) -> Path:
-        return self.root / "recur.state"
 
     def state_path(self, kind: str, host: str) -> Path:
         """``KIND.HOST.state`` (``kind``: HEARTBEAT, CRON_RECORD, DAEMON_STATE or METRICS)."""

@@ -100,7 +100,7 @@ def load_state(spool: SpoolDir) -> dict[str, dict]:
     """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged; never raises.
     An entry's values are checked where they are used (``parse_stamp``, ``from_state``, …)."""
     try:
-        data = loads_object(spool.recur_state_path().read_bytes())
+        data = loads_object(spool.recur_state_path.read_bytes())
     except (OSError, ValueError):
         return {}
     if data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
@@ -111,16 +111,16 @@ def load_state(spool: SpoolDir) -> dict[str, dict]:
 def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
     """Raises SpoolIOError."""
     data = {"version": STATE_FORMAT, "templates": dict(sorted(state.items()))}
-    replace_file(spool.recur_state_path(), (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+    replace_file(spool.recur_state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
 
 
 @contextmanager
 def state_lock(spool: SpoolDir):
     """One read-modify-write of recur.state at a time among the drivers of several hosts.
     Raises SpoolError: another driver held it for RECUR_LOCK_WAIT seconds; as locks.take."""
-    held = locks.take(spool.recur_lock_path(), timeout=RECUR_LOCK_WAIT)
+    held = locks.take(spool.recur_lock_path, timeout=RECUR_LOCK_WAIT)
     if held is None:
-        raise SpoolError(f"another driver held {spool.recur_lock_path()} for {RECUR_LOCK_WAIT:.0f} s",
+        raise SpoolError(f"another driver held {spool.recur_lock_path} for {RECUR_LOCK_WAIT:.0f} s",
                          "recurring jobs are spooled at the next chance")
     with held:
         yield
