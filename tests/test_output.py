@@ -157,6 +157,21 @@ def test_separate_stderr_is_private_to_its_owner(spool):
     assert stat.S_IMODE(os.stat(spool / "stdout" / "root:mine@stderr").st_mode) == 0o600
 
 
+@needs_root
+def test_an_output_folder_shut_to_users_is_said_in_one_line(spool):
+    """stdout/ made 0700 by mistake: a user's `onite output` ended in a traceback (the lstat that names the file's
+    owner failed too)."""
+    submit("shut", b"echo hi\n", user="nobody")
+    drain(spool)
+    os.chmod(spool / "stdout", 0o700)
+    try:
+        r = run_cli(["output", "shut"], user="nobody", cwd="/tmp")
+    finally:
+        os.chmod(spool / "stdout", 0o755)
+    assert r.code != 0 and r.out == "" and len(r.err.splitlines()) == 1, r
+    assert r.err.startswith(f"onite: reading {spool}/stdout/nobody:shut: Permission denied"), r
+
+
 def on_terminal(spool, args: list[str]) -> bytes:
     """What ``onite ARGS`` writes to a terminal (a pty), as root."""
     from conftest import OnTerminal

@@ -118,8 +118,12 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
         if stderr:
             _no_stderr(spool, name, caller_uid)
         raise _no_output(spool, name, caller_uid) from None
-    except PermissionError:
-        raise _not_yours(name, os.lstat(path).st_uid) from None
+    except PermissionError as err:
+        try:
+            owner = os.lstat(path).st_uid
+        except OSError:  # the folder itself is shut to the caller: the spool's modes went wrong
+            raise SpoolIOError(path, "reading", err) from None
+        raise _not_yours(name, owner) from None
     except BlockingIOError:  # its owner holds a lease on it (F_SETLEASE): opening it would wait for the kernel
         try:
             holder = user_name(os.lstat(path).st_uid)
