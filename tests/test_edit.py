@@ -465,8 +465,12 @@ def test_a_job_its_owner_cancelled_while_queued_is_finished_to_edit_not_unknown(
     assert run_cli(["cancel", "c"], user="nobody", cwd="/tmp").code == 0
     assert not list((spool / "jobsdone").glob("nobody:c*"))  # nobody cannot file it: withdrawn, not filed
     r = run_cli(["edit", "c", "--timeout", "1h"], user="nobody", cwd="/tmp")
-    assert (r.code, r.err) == (3, "onite: job 'c' has finished: it cannot be edited — spool it again: "
+    assert (r.code, r.err) == (3, "onite: job 'c' was cancelled: it cannot be edited — spool it again: "
                                   "onite restart c\n"), r
+    r = run_cli(["output", "c"], user="nobody", cwd="/tmp")  # it said there was no such job
+    assert (r.code, r.err) == (1, "onite: job 'c' did not run: it was cancelled — see onite list --all\n"), r
+    r = run_cli(["cancel", "c"], user="nobody", cwd="/tmp")  # it said the job had finished
+    assert (r.code, r.err) == (3, "onite: job 'c' was cancelled already — spool it again: onite restart c\n"), r
 
 
 @needs_root

@@ -395,7 +395,7 @@ def test_cancel_queued_job_and_not_found(spool, cli):
     assert r.code == 0 and r.out == "gone: cancelled\n"
     assert result(spool, "gone")["state"] == "cancelled"
     r = cli(["cancel", "gone"])
-    assert r.code == 3 and "job 'gone' has finished: it cannot be cancelled" in r.err
+    assert (r.code, r.err) == (3, "onite: job 'gone' was cancelled already — spool it again: onite restart gone\n"), r
     r = cli(["cancel"], stdin=b"")
     assert r.code == 2 and "no job name given" in r.err
 

@@ -58,20 +58,28 @@ def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid
     """Refused if job ``name`` (``text`` as typed) has finished or was withdrawn: what hold, release, edit and
     cancel (``done``: "held" …) say alike, with what its owner may do about it."""
     from onite.core.policy import owner_or_root
+    from onite.core.state import JobState
     from onite.spool.results import read_result
     from onite.spool.scan import key_uid, withdrawn_entries
 
-    try:
-        finished = read_result(spool, name) is not None
-    except DamagedRecord:  # it finished all the same
-        finished = True
-    try:
-        finished = finished or any(entry.name == name for entry in withdrawn_entries(spool))
+    ended = None
+    try:  # withdrawn and not yet filed: newer than any result
+        if any(entry.name == name for entry in withdrawn_entries(spool)):
+            ended = "was cancelled"
     except SpoolIOError:
         pass
-    if finished:
+    if ended is None:
+        try:
+            result = read_result(spool, name)
+        except DamagedRecord:  # it finished all the same
+            ended = "has finished"
+        else:
+            if result is not None:
+                ended = "was cancelled" if result.state is JobState.CANCELLED else "has finished"
+    if ended:
         owner = key_uid(name)
-        raise Refused(f"job {text!r} has finished: it cannot be {done}",
+        again = done == "cancelled" and ended == "was cancelled"
+        raise Refused(f"job {text!r} was cancelled already" if again else f"job {text!r} {ended}: it cannot be {done}",
                       f"spool it again: onite restart {text}" if owner is not None and owner_or_root(caller_uid, owner)
                       else "only its owner or root may spool it again")
 

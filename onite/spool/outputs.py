@@ -18,7 +18,7 @@ from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, key_uid, live_entries, namesake_error
+from onite.spool.scan import Withdrawn, find_queued, key_uid, live_entries, namesake_error
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
@@ -186,6 +186,8 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
             return NotFound(f"job {_said(name)!r} has no output yet",
                             f"it has not started; onite output {_said(name)} -f waits for it")
         result = read_result(spool, name)
+        if result is None and not empty and key_uid(name) in Withdrawn(spool).owners(name):  # no driver filed it yet
+            return NotFound(f"job {_said(name)!r} did not run: it was cancelled", "see onite list --all")
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
     if result is not None and result.started is None and result.reason:
