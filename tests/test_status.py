@@ -489,3 +489,19 @@ def test_last_night_names_failures_in_the_reports_order(spool):
     assert failed == ["zz-first", "aa-dep"], report["jobs"]
     assert run_cli(["status", "--json"]).json()["last_night"]["failed"] == failed
     assert "2 failed (zz-first, aa-dep)" in run_cli(["status"]).out
+
+
+@needs_root
+def test_a_spool_its_driver_would_refuse_is_warned_of(spool):
+    """running/ made writable by everyone: each night's `onite run` refused the spool (exit 3) while `onite status`,
+    a user's or root's, showed nothing amiss."""
+    assert not run_cli(["status", "--json"]).json()["warnings"]
+    os.chmod(spool / "running", 0o777)
+    try:
+        warned = run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["warnings"]
+        r = drain(spool)
+    finally:
+        os.chmod(spool / "running", 0o755)
+    said = f"onite run will not trust {spool}: {spool}/running is writable by others (mode 0777)"
+    assert r.returncode == 3 and said in r.stderr.decode(), r
+    assert [w for w in warned if w.startswith(said)], warned

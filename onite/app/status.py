@@ -96,10 +96,26 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
         not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next,
-        warnings=warnings + full_disk(spool.root) + list(drain.problems), last_driver=last_driver,
+        warnings=warnings + untrusted(spool.root) + full_disk(spool.root) + list(drain.problems),
+        last_driver=last_driver,
         containment=containment_said(spool), spooling=spooling(config, now),
         cutoff=config.cutoff.strftime("%H:%M") if config.cutoff else None,
     )
+
+
+def untrusted(root) -> list[str]:
+    """A warning if its driver (run by the spool's owner: root for a system spool) would refuse the spool, as
+    someone else could have changed it (onite.spool.trust): each drain would start, say so and exit."""
+    from onite.core.errors import Refused
+    from onite.spool import trust
+
+    try:
+        trust.check(root, os.stat(root).st_uid, "onite run")
+    except Refused as err:
+        return [str(err)]
+    except OSError:
+        pass
+    return []
 
 
 FULL_BYTES, FULL_INODES = 256 << 10, 64  # less free than this on the spool's file system: it is full
