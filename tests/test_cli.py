@@ -269,7 +269,11 @@ def test_report_json_and_html(spool, cli, world_tmp):
     assert {j["name"] for j in doc["jobs"]} == {"ok", "bad"}
     page = world_tmp / "report.html"
     r = cli(["report", "--html", str(page)])
-    assert r.code == 0 and r.out == f"HTML report written to {page}\n"  # not the report as well
+    assert r.code == 0 and r.out == ""  # neither the report nor a line: a cron job that writes it mails nothing
+    from conftest import OnTerminal
+
+    code, seen = OnTerminal(spool, ["report", "--html", str(page)], stdin=False).finish()
+    assert code == 0 and seen == f"HTML report written to {page}\r\n".encode(), seen  # a person is told where
     html = page.read_text()
     assert html.startswith("<!doctype html>") and '<td class=name data-label="NAME">bad</td>' in html
     assert "exit 2" in html
@@ -536,6 +540,9 @@ def test_report_html_writes_to_a_device_or_pipe_and_never_replaces_it(spool, tmp
     assert stat.S_ISCHR(os.lstat(device).st_mode)
     r = _onite(spool, "report", "--html", "/dev/stdout", "--json")
     assert r.returncode == 0 and r.stdout.startswith(b"<!doctype html>"), r
+    r = _onite(spool, "report", "--html", "-", cwd=tmp_path)  # it wrote a file named "-"
+    assert r.returncode == 0 and r.stdout.startswith(b"<!doctype html>") and r.stdout.endswith(b"</html>\n"), r
+    assert not (tmp_path / "-").exists()
     full = tmp_path / "full"
     os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
     r = _onite(spool, "report", "--html", str(full))  # a write that fails (exit 4), not a wrong path (2)

@@ -173,8 +173,8 @@ def report(
                                         "yesterday.")] = None,
     user: Annotated[Optional[str], Opt("--user", metavar="USER", help="Only this user's jobs.")] = None,
     html: Annotated[Optional[Path], Opt("--html", metavar="FILE", help="Write the report as a "
-                                        "self-contained HTML page instead of printing it, and say "
-                                        "where (with --json: print the JSON too).")] = None,
+                                        "self-contained HTML page instead of printing it (- : to stdout; "
+                                        "with --json: print the JSON too).")] = None,
     since: Annotated[Optional[str], Opt(
         "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
         "last drain session; with --until, 24 hours before it).")] = None,
@@ -189,12 +189,13 @@ def report(
 
     data = rep.build(open_spool(spool, reading=True), SYSTEM.now(), since, night=night, until=until, user=user)
     warn_damaged(data.damaged)
-    if html:  # a morning cron job that writes the page mails what it prints: one line
+    if html:
         from onite.cli.reportpage import write_html
 
+        html = Path("/dev/stdout") if str(html) == "-" else html
         write_html(html, data)
         if not as_json:
-            if not _is_stdout(html):
+            if sys.stdout.isatty() and not _is_stdout(html):  # a morning cron job that writes the page mails nothing
                 print(f"HTML report written to {printable(str(html))}")
             return
     if as_json:
