@@ -173,7 +173,7 @@ def report(
                                         "yesterday.")] = None,
     user: Annotated[Optional[str], Opt("--user", metavar="USER", help="Only this user's jobs.")] = None,
     html: Annotated[Optional[Path], Opt("--html", metavar="FILE", help="Write the report as a "
-                                        "self-contained HTML page instead of printing it (- : to stdout; "
+                                        "self-contained HTML page instead of printing it (- is stdout; "
                                         "with --json: print the JSON too).")] = None,
     since: Annotated[Optional[str], Opt(
         "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
