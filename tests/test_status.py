@@ -505,3 +505,21 @@ def test_a_spool_its_driver_would_refuse_is_warned_of(spool):
     said = f"onite run will not trust {spool}: {spool}/running is writable by others (mode 0777)"
     assert r.returncode == 3 and said in r.stderr.decode(), r
     assert [w for w in warned if w.startswith(said)], warned
+
+
+@needs_root
+def test_an_onite_log_users_cannot_read_is_warned_of(spool):
+    """onite.log made 0600: a user's status said `last night 0 done, 0 failed` and their report quietly went to
+    another window, as if no drain had run."""
+    run_cli(["submit", "a"], stdin=b"true\n")
+    drain(spool)
+    os.chmod(spool / "onite.log", 0o600)
+    try:
+        warned = run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["warnings"]
+        r = run_cli(["report"], user="nobody", cwd="/tmp")
+    finally:
+        os.chmod(spool / "onite.log", 0o644)
+    said = f"cannot read {spool}/onite.log: Permission denied"
+    assert [w for w in warned if w.startswith(f"{said}: last night is not shown")], warned
+    assert r.code == 0 and r.err.startswith(f"onite: warning: {said}: the report goes by the result records"), r
+    assert not run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["warnings"]

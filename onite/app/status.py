@@ -17,7 +17,7 @@ from onite.core.record import Record
 from onite.drain import heartbeat as hb
 from onite.drain.nextdrain import DrainPlan, plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
-from onite.spool.log import parse_line, tail
+from onite.spool.log import parse_line, tail, unreadable
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import queued_folder_stats, running_entries
 from onite.spool.settings import spooling
@@ -96,11 +96,19 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
         not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next,
-        warnings=warnings + untrusted(spool.root) + full_disk(spool.root) + list(drain.problems),
+        warnings=[*warnings, *unread_log(spool), *untrusted(spool.root), *full_disk(spool.root), *drain.problems],
         last_driver=last_driver,
         containment=containment_said(spool), spooling=spooling(config, now),
         cutoff=config.cutoff.strftime("%H:%M") if config.cutoff else None,
     )
+
+
+def unread_log(spool: SpoolDir) -> list[str]:
+    """A warning if onite.log cannot be read: last night's counts and the drivers' own lines come from it."""
+    problem = unreadable(spool.log_path)
+    if problem is None:
+        return []
+    return [f"{problem}: last night is not shown — ask root to make it readable (onite makes it 0644)"]
 
 
 def untrusted(root) -> list[str]:

@@ -187,15 +187,23 @@ def report(
     """The morning report: what failed and why, what still waits, what ran when (default: the last drain session)."""
     from onite.app import report as rep
 
-    data = rep.build(open_spool(spool, reading=True), SYSTEM.now(), since, night=night, until=until, user=user)
-    warn_damaged(data.damaged)
-    if html:
-        from onite.cli.reportpage import write_html
+    from onite.spool.log import unreadable
 
-        html = Path("/dev/stdout") if str(html) == "-" else html
-        write_html(html, data)
+    target = open_spool(spool, reading=True)
+    data = rep.build(target, SYSTEM.now(), since, night=night, until=until, user=user)
+    warn_damaged(data.damaged)
+    if problem := unreadable(target.log_path):  # the window and what the records do not tell come from it
+        say(f"onite: warning: {problem}: the report goes by the result records alone — ask root to make it readable")
+    if html:
+        from onite.cli.reportpage import to_html, write_html
+
+        if str(html) == "-":  # the page alone on stdout (with --json, the JSON after it)
+            sys.stdout.buffer.write(to_html(data).encode("utf-8"))
+            sys.stdout.flush()
+        else:
+            write_html(html, data)
         if not as_json:
-            if sys.stdout.isatty() and not _is_stdout(html):  # a morning cron job that writes the page mails nothing
+            if sys.stdout.isatty() and str(html) != "-" and not _is_stdout(html):  # a morning cron job mails nothing
                 print(f"HTML report written to {printable(str(html))}")
             return
     if as_json:

@@ -217,6 +217,17 @@ def tail(path: Path, lines: int) -> list[str]:
     return list(itertools.islice(lines_back(path), max(lines, 0)))[::-1]
 
 
+def unreadable(path: Path) -> str | None:
+    """``cannot read PATH: Permission denied`` if the log is there but this process may not read it, else None."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"cannot read {path}: {err.strerror or err}"
+    return None
+
+
 def lines_back(path: Path) -> Iterator[str]:
     """The log's lines from its last to its first, read from its end a block at a time; none if it is missing.
     Raises SpoolIOError: it cannot be read (not a regular file, no permission, …)."""
