@@ -113,6 +113,16 @@ def test_follow_of_a_queued_job_waits_for_it_to_start_and_never_shows_an_earlier
         driver.wait(60)
 
 
+def test_follow_of_a_held_job_says_what_lets_it_run(spool, cli):
+    """`output -f` (and `wait`) of a held job said only that it was held and waited, for ever unless released."""
+    submit("kept", "echo out\n", "--hold")
+    follower = Follower(spool, "kept", "-f")
+    said = follower.read_until(b"\n", stderr=True)
+    assert said == b"onite: kept is held; waiting for it to start (nothing runs it until onite release kept)\xe2\x80\xa6\n"
+    assert cli(["cancel", "kept"]).code == 0
+    assert follower.finish() == 5
+
+
 def test_follow_of_a_finished_job_prints_it_and_exits(spool, cli):
     submit("over", "echo all of it\n")
     assert drain(spool).returncode == 0

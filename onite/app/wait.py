@@ -240,6 +240,8 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             queued = [watches[n].name for n in left if watches[n].live == "queued"]
             note = undrained(spool, queued, clock.now()) if queued else ""
             note += stranded(spool, [watches[n].name for n in left if watches[n].live == "running"], clock.now())
+            note += "".join(f"{n} is held: nothing runs it until onite release {n}; " for n in left
+                            if watches[n].live == "held")
             announce(note + "waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
         delay = _pause(clock, delay, deadline)
 
@@ -463,8 +465,10 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
                 continue
             if not told and watch.live in ("queued", "held"):
                 told = True
-                note = undrained(spool, [watch.name], SYSTEM.now()) if watch.live == "queued" else ""
-                announce(f"{note}{shown} is {watch.live}; waiting for it to start")
+                if watch.live == "queued":
+                    announce(f"{undrained(spool, [watch.name], SYSTEM.now())}{shown} is queued; waiting for it to start")
+                else:
+                    announce(f"{shown} is held; waiting for it to start (nothing runs it until onite release {shown})")
             time.sleep(FOLLOW_POLL)
     finally:
         if handle is not None:
