@@ -427,6 +427,24 @@ def test_the_timeline_draws_jobs_that_never_ran_as_crosses(real_night):
     assert all(set(marks[n]) == {"█"} for n in ("head", "stubborn", "filler-1", "gate-a"))
 
 
+def test_the_timeline_keeps_long_names_apart(spool):
+    """A batch's names, 35 characters, were cut to their first 23 at any width: twelve rows of
+    `analysis-pipeline-longr…`. They are whole where the line has room, and cut in the middle where not."""
+    from onite.app import report as rep
+    from onite.cli.render import gantt_lines
+    from onite.spool.paths import SpoolDir
+
+    names = [f"analysis-pipeline-longrun-sample-{i:02d}" for i in (1, 2, 3)]
+    for name in names:
+        assert run_cli(["submit", name], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    data = rep.build(SpoolDir(spool), datetime.now().astimezone())
+    wide = [line.split()[0] for line in gantt_lines(data, 120)[0][2:]]
+    assert sorted(wide) == names
+    narrow = [line.split()[0] for line in gantt_lines(data, 60)[0][2:]]
+    assert len(set(narrow)) == 3 and all("…" in n and n.endswith(f"-{i:02d}") for n, i in zip(sorted(narrow), (1, 2, 3)))
+
+
 def test_report_never_imports_rich_for_json(real_night):
     code = ("import sys, io, contextlib\nfrom onite.__main__ import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()): assert main(['--spool', {str(real_night.spool)!r}, "

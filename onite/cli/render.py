@@ -17,7 +17,7 @@ STATE_STYLE = {"queued": "cyan", "held": "yellow", "running": "bold blue", "done
                "cancelled": "magenta", "timeout": "bold red", "refused": "red"}
 LARGE_TABLE = 2000  # rows past which a table is laid out as text: rich takes about a minute for 100,000
 INDENT = "    "  # of a sentence's lines after its first, and of what follows a failure
-GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
+GANTT_NAME = 24  # the name column of the timeline may be this wide, or a third of the line if more
 
 
 class TableSpec(Record):
@@ -257,7 +257,7 @@ def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
     name and bar (█; × where a job that never ran ended); and the columns [from, to) of each bar, to colour it."""
     from onite.app.reporttext import timeline
 
-    name_width = max(4, min(GANTT_NAME, max(len(name_label(job.name)) for job in data.jobs)))
+    name_width = max(4, min(max(GANTT_NAME, width // 3), max(len(name_label(job.name)) for job in data.jobs)))
     bar_width = max(width - name_width - 1, 16)
     _, _, marks, jobs = timeline(data, bar_width // 10)  # room for HH:MM:SS and a gap
     labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
@@ -273,7 +273,9 @@ def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
         a = min(int((last if unrun else first) * bar_width), bar_width - 1)
         b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
         name = name_label(job.name)
-        name = name if len(name) <= name_width else name[:name_width - 1] + "…"
+        if len(name) > name_width:  # cut in the middle: names of a batch differ at their ends (sample-07)
+            keep = name_width - 1
+            name = name[:(keep + 1) // 2] + "…" + name[len(name) - keep // 2:]
         lines.append(name.ljust(name_width) + " " * (a + 1) + ("×" if unrun else "█") * (b - a))
         bars.append((name_width + 1 + a, name_width + 1 + b))
     return lines, bars
