@@ -171,7 +171,11 @@ def test_empty_or_missing_stdin(spool, cli):
 def test_too_large_job_is_refused(spool, cli):
     set_config(spool, max_job_size="1K")
     r = cli(["submit", "big"], stdin=b"x" * 5000)
-    assert r.code == 2 and "larger than max_job_size" in r.err
+    assert (r.code, r.err) == (2, "onite: stdin is larger than max_job_size (1K) — spool a short script that runs "
+                                  "the big one instead\n"), r
+    r = cli(["submit", "many", "--lines"], stdin=b"true\n" * 1000)  # a list of jobs: it was told to spool a script
+    assert (r.code, r.err) == (2, "onite: stdin is larger than max_job_size (1K) — split the list, and spool each "
+                                  "part under its own NAME\n"), r
     assert all_files(spool) == []
 
 

@@ -84,8 +84,10 @@ def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid
                       else "only its owner or root may spool it again")
 
 
-def read_stdin(limit: int, usage: str = "onite submit NAME < job.sh") -> bytes:
-    """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput), told with ``usage``."""
+def read_stdin(limit: int, usage: str = "onite submit NAME < job.sh", *,
+               too_big: str = "spool a short script that runs the big one instead") -> bytes:
+    """The job text, at most ``limit`` bytes (else InvalidInput, with the hint ``too_big``). A terminal on stdin is a
+    mistake (InvalidInput), told with ``usage``."""
     try:
         fd = sys.stdin.fileno() if sys.stdin is not None else 0
         if os.isatty(fd):
@@ -96,8 +98,9 @@ def read_stdin(limit: int, usage: str = "onite submit NAME < job.sh") -> bytes:
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise InvalidInput(f"the job text is larger than max_job_size ({limit} bytes)",
-                                   "spool a short script that runs the big one instead")
+                from onite.core.resources import human_bytes
+
+                raise InvalidInput(f"stdin is larger than max_job_size ({human_bytes(limit)})", too_big)
     except (OSError, ValueError) as err:
         raise InvalidInput(f"cannot read the job text from stdin: {getattr(err, 'strerror', None) or err}",
                            f"redirect a script: {usage}") from None

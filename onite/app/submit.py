@@ -429,7 +429,9 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
 
 def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> list[Job]:
     """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the jobs spooled."""
-    lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
+    text = read_stdin(target.config.max_job_size, "onite submit NAME --lines < jobs.txt",
+                      too_big="split the list, and spool each part under its own NAME")
+    lines = [line for line in text.split(b"\n") if line.strip()]
     if not lines:
         raise InvalidInput("no job on stdin: every line is empty",
                            "one command a line: onite submit NAME --lines < jobs.txt")
