@@ -377,8 +377,11 @@ def test_user_filter(real_night):
     doc = report_json(real_night, "--user", "nobody")
     assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nobody:nb-fail", "nobody:nb-ok"]
     assert doc["headline"] == "user nobody: 1 done, 1 failed" and doc["waiting"] == []
-    r = report(real_night, "--user", "nosuchuser")
-    assert r.out.splitlines()[1] == "user nosuchuser: 0 done, 0 failed"
+    r = report(real_night, "--user", "daemon")  # an account without a job in the window: a quiet night
+    assert r.out.splitlines()[1] == "user daemon: 0 done, 0 failed"
+    r = run_cli(["--spool", str(real_night.spool), "report", "--user", "nosuchuser"])  # a typo: it said 0 done
+    assert (r.code, r.err) == (2, "onite: --user 'nosuchuser': no such user here, and no job of that name's in the "
+                                  "window — check the name: onite list --all shows whose jobs there are\n"), r
 
 
 def test_piped_output_is_one_line_per_row(real_night):

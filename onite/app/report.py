@@ -250,6 +250,9 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     # failed for it is filed after it, as the records' finer times say
     jobs = sorted(views + pruned + earlier,
                   key=lambda j: (j.state != "failed", j.started or j.finished, j.started is None, j.name))
+    if user is not None and not jobs and not _is_account(user):  # a typo, not a quiet night
+        raise InvalidInput(f"--user {user!r}: no such user here, and no job of that name's in the window",
+                           "check the name: onite list --all shows whose jobs there are")
     if user is None and reader != 0:  # a user's morning starts with what is theirs to act on
         jobs.sort(key=lambda job: job.uid != reader)
     unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
@@ -278,6 +281,16 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         data = unfinished(data, spool, refused)
     return data
+
+
+def _is_account(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def queued_again(spool: SpoolDir, job: JobView) -> bool:
