@@ -416,6 +416,7 @@ def test_shell_completion(spool, cli):
     submit("zeta-queued")
     assert complete("onite cancel zeta") == ["zeta-queued"]  # queued and running jobs only
     assert complete("onite output zeta-") == ["zeta-one", "zeta-queued", "zeta-ran", "zeta-two"]  # finished too
+    assert complete("onite restart zeta-") == ["zeta-one", "zeta-ran", "zeta-two"]  # finished only: it refuses others
     # the other places a job's name goes: wait and --after take finished jobs too; --notify its choices
     assert complete("onite wait zeta-") == ["zeta-one", "zeta-queued", "zeta-ran", "zeta-two"]
     assert complete("onite submit next --after zeta-r") == ["zeta-ran"]

@@ -164,11 +164,15 @@ def running_view(spool: SpoolDir, entry: Entry) -> JobView:
                    external_id=external if isinstance(external, str) else None)
 
 
-def completion_names(spool: SpoolDir, prefix: str, *, finished: bool = False, held: bool | None = None) -> list[str]:
-    """The sorted names, as the caller types them, of their queued, running and (``finished``) kept jobs that
-    start with ``prefix`` (root: everyone's). ``held``: only the queued jobs a hold holds (True) or not (False)."""
-    keys = {name for _, _, name, _, is_held in queued_stats(spool) if held is None or is_held == held}
-    if held is None:
+def completion_names(spool: SpoolDir, prefix: str, *, live: bool = True, finished: bool = False,
+                     held: bool | None = None) -> list[str]:
+    """The sorted names, as the caller types them, of their (``live``) queued and running and (``finished``) kept
+    jobs that start with ``prefix`` (root: everyone's). ``held``: only the queued jobs a hold holds (True) or not
+    (False)."""
+    keys = set()
+    if live:
+        keys.update(name for _, _, name, _, is_held in queued_stats(spool) if held is None or is_held == held)
+    if live and held is None:
         keys.update(e.name for e in running_entries(spool))
     if finished:
         keys.update(result_names(spool))  # names only: no record is read

@@ -89,10 +89,11 @@ def _spool_help() -> str:
 
 
 def complete_name(ctx, incomplete: str) -> list[str]:
-    """Shell completion of a job's name: a queued or running one, or (output, restart, wait) a finished one too;
-    after hold a queued one no hold holds, after release a held one (what each can act on)."""
+    """Shell completion of a job's name: a queued or running one, or (output, wait) a finished one too, after
+    restart a finished one only; after hold a queued one no hold holds, after release a held one (what each can
+    act on)."""
     command = ctx.command.name
-    return _names(incomplete, finished=command in ("output", "restart", "wait"),
+    return _names(incomplete, live=command != "restart", finished=command in ("output", "restart", "wait"),
                   held={"hold": False, "release": True}.get(command))
 
 
@@ -101,12 +102,13 @@ def complete_after(incomplete: str) -> list[str]:
     return _names(incomplete, finished=True)
 
 
-def _names(incomplete: str, *, finished: bool, held: bool | None = None) -> list[str]:
+def _names(incomplete: str, *, live: bool = True, finished: bool, held: bool | None = None) -> list[str]:
     from onite.app.listing import completion_names
     from onite.spool.paths import SpoolDir
 
     try:
-        return completion_names(SpoolDir(locate_spool(None).path), incomplete, finished=finished, held=held)
+        return completion_names(SpoolDir(locate_spool(None).path), incomplete, live=live, finished=finished,
+                                held=held)
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
 
