@@ -199,7 +199,11 @@ def test_submit_line_on_stderr_and_quiet(spool):
                             "only on host elsewhere; no drain is scheduled"), r
     r = submit("many", "a\nb\n", "--lines", "-p", "6")
     assert r.out == "many-00001\nmany-00002\n"
-    assert r.err.startswith(f"spooled 2 jobs, many-00001 to many-00002 (P6) in {spool}; no drain is scheduled")
+    assert r.err == (f"spooled 2 jobs, many-00001 to many-00002 (P6) in {spool}; no drain is scheduled, so nothing "
+                     "will run them — onite cron --install\n"), r  # it said "it" of the batch
+    r = submit("more", "a\nb\n", "--lines", "--hold")
+    assert r.err == f"spooled 2 jobs, more-00001 to more-00002 (P4) in {spool}; held: they will not run until " \
+                    "onite release more-00001…\n", r
 
 
 def test_submit_line_while_a_driver_drains(spool, workdir):

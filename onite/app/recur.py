@@ -90,7 +90,7 @@ def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
     elif fits:
         said = f"{name}: each run is spooled by the first drain after it fires; {starter_text(fits[0], now)}"
     else:
-        said = f"{name}: {no_drain_text(drain, for_job=True)}"
+        said = f"{name}: {no_drain_text(drain, for_job='it')}"
     # a job spooled later each day may be what it waits for, so no refusal: a typo is said now, not at each run
     from onite.core.queue import DepState
     from onite.spool.deps import dependency_state

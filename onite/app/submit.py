@@ -476,9 +476,10 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
 
     what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]}"
     head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
+    it, they, asks = ("it", "it", "asks") if len(names) == 1 else ("them", "they", "ask")  # a batch said as one
     if held:
-        it = names[0] if len(names) == 1 else f"{names[0]}…"
-        return f"{head}; held: it will not run until onite release {it}"
+        first = names[0] if len(names) == 1 else f"{names[0]}…"
+        return f"{head}; held: {they} will not run until onite release {first}"
     later = job.not_before is not None and job.not_before > now
     parts = []
     if job.after:
@@ -493,12 +494,12 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     draining = [d for d in draining if d.state != BeatState.TIMED or job.not_before is not None]
     daemons = drain.timed_for(spool, job, now) if job.not_before is not None else []
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
-        parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts it then")
+        parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts {it} then")
     elif draining:
         parts.append(f"a drain is running now on host {draining[0].host}"
-                     + (" (it starts it then, if it is still draining)" if later else ""))
+                     + (f" (it starts {it} then, if it is still draining)" if later else ""))
     elif daemons and not job.after:  # due (--at now): the daemon's wake starts it
-        parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts it now")
+        parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts {it} now")
     elif fits:
         parts.append(starter_text(fits[0], now))
     elif job.pin and job.pin != default_host(spool.config):  # this machine's fix would schedule drains that skip it
@@ -507,12 +508,13 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
         hosts = spool_hosts(spool, now)
         odd = "" if job.pin in hosts else (f" (none of the spool's hosts {', '.join(hosts)} is {job.pin}: "
                                            "is it right?)")
-        parts.append(f"no drain is scheduled on host {job.pin}{odd}, so nothing will run it — schedule drains there "
-                     f"(onite cron --install on host {job.pin}), or spool it without --host")
+        parts.append(f"no drain is scheduled on host {job.pin}{odd}, so nothing will run {it} — schedule drains "
+                     f"there (onite cron --install on host {job.pin}), or spool {it} without --host")
     elif drain.starters and not job.pin:  # drains are scheduled, on hosts too small for it
-        parts.append("no drain is scheduled on a host that can give it what it asks for, so nothing will run it — "
+        parts.append(f"no drain is scheduled on a host that can give {it} what {they} {asks} for, so nothing will "
+                     f"run {it} — "
                      "schedule drains on one that can (onite cron --install there; onite status shows the hosts)")
     else:
         problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
-        parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
+        parts.append(no_drain_text(drain, for_job=it).replace(" — ", f"{problems} — ", 1))
     return "; ".join([head, *parts])

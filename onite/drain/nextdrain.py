@@ -206,8 +206,10 @@ def can_run(spool, job, now: datetime):
     return runs_on
 
 
-def no_drain_text(drain: DrainPlan, *, for_job: bool = False) -> str:
-    """Why nothing will drain the spool, and what fixes it (``for_job``: said of a job just spooled)."""
+def no_drain_text(drain: DrainPlan, *, for_job: str = "") -> str:
+    """Why nothing will drain the spool, and what fixes it (``for_job``: said of a job just spooled, "it", or of a
+    batch, "them")."""
     if drain.by_hand:
         return f"nothing drains this spool on its own — run onite run to drain it now, or schedule drains: {drain.fix}"
-    return f"no drain is scheduled, so {'nothing will run it' if for_job else 'nothing will start one'} — {drain.fix}"
+    what = f"nothing will run {for_job}" if for_job else "nothing will start one"
+    return f"no drain is scheduled, so {what} — {drain.fix}"
