@@ -33,6 +33,11 @@ def test_an_edit_of_limits_keeps_the_job_in_its_place_and_the_driver_runs_it_edi
     r = cli(["edit", "b", "--timeout", "2h", "--retries", "2", "--mem", "20M", "--cpus", "1", "--after", "a"])
     assert (r.code, r.out) == (0, "b: changed; it keeps its place\n"), r
     assert order(cli) == before == [("a", 4), ("b", 4), ("c", 4)]
+    edits = sorted((spool / "edit").iterdir())
+    for again in (["--timeout", "2h", "--mem", "20M"], ["-p", "4"]):  # it said "changed", and wrote an edit
+        r = cli(["edit", "b", *again])
+        assert (r.code, r.out) == (0, "b: unchanged (it is so already)\n"), r
+    assert sorted((spool / "edit").iterdir()) == edits and order(cli) == before
     r = cli(["edit", "c", "--at", "+3h"])
     assert r.code == 0 and "not before" in cli(["list"]).out.splitlines()[3], cli(["list"]).out
     assert cli(["edit", "c", "--at", "now"]).code == 0

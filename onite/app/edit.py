@@ -56,6 +56,8 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
     owner = None if st.st_uid == caller_uid else (st.st_uid, st.st_gid)
     current, _ = edited(job, trusted(read_markers(spool.edit_dir), name), spool.config.max_job_size)
     new = changes.apply(current, spool.config, now, user_name(caller_uid))
+    if new == current:  # nothing to write: no edit, no move
+        return f"{label(name)}: unchanged (it is so already)", new
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool, new)
     if changes.after is not None:
