@@ -168,6 +168,20 @@ def test_empty_or_missing_stdin(spool, cli):
     assert all_files(spool) == []
 
 
+def test_text_sh_will_not_run_as_meant_is_spooled_with_a_warning(spool, cli):
+    """A script saved on Windows, or a binary piped by mistake, was spooled without a word and failed at night
+    (`true\r: not found`, `Syntax error`)."""
+    crlf = "onite: warning: the job text has CRLF line ends: /bin/sh takes each \\r as part of a command "
+    r = cli(["submit", "-q", "win"], stdin=b"true\r\necho hi\r\n")
+    assert r.code == 0 and r.err.startswith(crlf), r
+    r = cli(["submit", "-q", "lines", "--lines"], stdin=b"true\r\ntrue\r\n")
+    assert r.code == 0 and r.err.startswith(crlf), r
+    r = cli(["submit", "-q", "bin"], stdin=b"\x7fELF\x02\x01\x00\x00echo")
+    assert r.code == 0 and r.err == "onite: warning: the job text holds NUL bytes: it is no script, and /bin/sh will " \
+                                    "fail on it\n", r
+    assert cli(["submit", "-q", "fine"], stdin=b"printf 'a\\r\\n'\n").err == ""  # a \r the script writes is no line end
+
+
 def test_too_large_job_is_refused(spool, cli):
     set_config(spool, max_job_size="1K")
     r = cli(["submit", "big"], stdin=b"x" * 5000)

@@ -405,16 +405,17 @@ def _shell_has(word: str) -> bool:
 
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
-                   confirm: bool = True) -> tuple[str | None, str | None]:
-    """``onite submit``: stdin (or a command after ``--``) as one job, or a job a line; the stdout line, and the
-    ``confirmation``."""
+                   confirm: bool = True) -> tuple[str | None, str | None, str | None]:
+    """``onite submit``: stdin (or a command after ``--``) as one job, or a job a line; the stdout line, the
+    ``confirmation``, and a warning of text /bin/sh will not run as meant (``odd_text``)."""
     target = open_spool(spool)
     request.limits(target.config, now, me())  # a bad option is told before stdin is read
     if lines:
         jobs = submit_lines(request, target, now)
         names = [label(job.name) for job in jobs]
         said = confirmation(target, names, jobs[0], held=request.hold, now=now) if confirm else None
-        return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
+        # a name a line, for scripts; what was spooled is said on stderr
+        return "\n".join(names), said, odd_text(b"".join(job.body for job in jobs))
     limit = target.config.max_job_size
     if not request.body:  # what the spool says of the options and the name is told before a long pipe is read
         checked_jobs(target, request._replace(body=b":\n"), [(request.name, b":\n")], capture(now), identity.current())
@@ -424,7 +425,18 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
                            "spool a short script that runs it instead")
     job = spool_job(target, request, capture(now), identity.current())
     said = confirmation(target, [label(job.name)], job, held=request.hold, now=now) if confirm else None
-    return (label(job.name) if request.unique else None), said
+    return (label(job.name) if request.unique else None), said, odd_text(job.body)
+
+
+def odd_text(body: bytes) -> str | None:
+    """The warning for job text that /bin/sh will not run as its writer meant: NUL bytes (not a script), or a
+    file from Windows, whose carriage returns sh takes as part of each command."""
+    if b"\0" in body:
+        return "onite: warning: the job text holds NUL bytes: it is no script, and /bin/sh will fail on it"
+    if b"\r\n" in body:
+        return ("onite: warning: the job text has CRLF line ends: /bin/sh takes each \\r as part of a command "
+                "(true\\r: not found) — convert it: dos2unix, or tr -d '\\r'")
+    return None
 
 
 def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> list[Job]:
