@@ -182,6 +182,17 @@ def test_text_sh_will_not_run_as_meant_is_spooled_with_a_warning(spool, cli):
     assert cli(["submit", "-q", "fine"], stdin=b"printf 'a\\r\\n'\n").err == ""  # a \r the script writes is no line end
 
 
+def test_a_batch_longer_than_keep_is_told_what_is_kept(spool, cli):
+    """`submit --lines` of 60 jobs where keep = 50: by morning the first 10 had no output, and nothing had said so."""
+    set_config(spool, keep=5)
+    r = cli(["submit", "-q", "five", "--lines"], stdin=b"true\n" * 5)
+    assert (r.code, r.err) == (0, ""), r
+    r = cli(["submit", "-q", "six", "--lines"], stdin=b"true\n" * 6)
+    assert (r.code, r.err) == (0, "onite: warning: 6 jobs, but the spool keeps your last 5 results (keep in onite.toml): "
+                                  "the output of all but the last 5 is removed as they finish; onite report still "
+                                  "tells how each ended\n"), r
+
+
 def test_too_large_job_is_refused(spool, cli):
     set_config(spool, max_job_size="1K")
     r = cli(["submit", "big"], stdin=b"x" * 5000)

@@ -405,17 +405,23 @@ def _shell_has(word: str) -> bool:
 
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
-                   confirm: bool = True) -> tuple[str | None, str | None, str | None]:
+                   confirm: bool = True) -> tuple[str | None, str | None, list[str]]:
     """``onite submit``: stdin (or a command after ``--``) as one job, or a job a line; the stdout line, the
-    ``confirmation``, and a warning of text /bin/sh will not run as meant (``odd_text``)."""
+    ``confirmation``, and the warnings: text /bin/sh will not run as meant (``odd_text``), more jobs than results
+    kept."""
     target = open_spool(spool)
     request.limits(target.config, now, me())  # a bad option is told before stdin is read
     if lines:
         jobs = submit_lines(request, target, now)
         names = [label(job.name) for job in jobs]
         said = confirmation(target, names, jobs[0], held=request.hold, now=now) if confirm else None
-        # a name a line, for scripts; what was spooled is said on stderr
-        return "\n".join(names), said, odd_text(b"".join(job.body for job in jobs))
+        warnings = [w for w in [odd_text(b"".join(job.body for job in jobs))] if w]
+        keep = target.config.keep
+        if 0 < keep < len(jobs):
+            warnings.append(f"onite: warning: {len(jobs)} jobs, but the spool keeps your last {keep} results (keep in "
+                            f"onite.toml): the output of all but the last {keep} is removed as they finish; onite "
+                            "report still tells how each ended")
+        return "\n".join(names), said, warnings  # a name a line, for scripts; what was spooled is said on stderr
     limit = target.config.max_job_size
     if not request.body:  # what the spool says of the options and the name is told before a long pipe is read
         checked_jobs(target, request._replace(body=b":\n"), [(request.name, b":\n")], capture(now), identity.current())
@@ -425,7 +431,7 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
                            "spool a short script that runs it instead")
     job = spool_job(target, request, capture(now), identity.current())
     said = confirmation(target, [label(job.name)], job, held=request.hold, now=now) if confirm else None
-    return (label(job.name) if request.unique else None), said, odd_text(job.body)
+    return (label(job.name) if request.unique else None), said, [w for w in [odd_text(job.body)] if w]
 
 
 def odd_text(body: bytes) -> str | None:

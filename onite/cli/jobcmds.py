@@ -77,11 +77,9 @@ def submit(
     request = SubmitRequest.of(name, body, dict(
         priority=priority, urgent=urgent, after=after, at=at, timeout=timeout, retries=retries, host=host, hold=hold,
         unique=unique, stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus))
-    out, said, odd = submit_command(request, spool_of(spool), lines=lines, now=SYSTEM.now(), confirm=not quiet)
-    if said is not None:
-        say(said)
-    if odd is not None:
-        say(odd)
+    out, said, warnings = submit_command(request, spool_of(spool), lines=lines, now=SYSTEM.now(), confirm=not quiet)
+    for line in ([said] if said is not None else []) + warnings:
+        say(line)
     if argv and (missing := missing_command(argv)):
         say(missing)
     if out is not None:
