@@ -165,17 +165,23 @@ def test_a_hold_acknowledged_between_the_drivers_pick_and_its_claim_keeps_the_jo
     assert drain(spool).returncode == 0 and ledger.read_text() == "ran\n"
 
 
-@pytest.mark.parametrize("command", ["hold", "release"])
-def test_a_pattern_given_to_hold_or_release_is_said_to_be_one(spool, cli, command):
-    """After ``onite cancel 'tmp-*'``, ``onite release 'tick-*'`` said ``invalid job name 'tick-*': it may hold only
-    letters, digits, …``, as if the user had mistyped a name. It says that only cancel takes patterns, and
-    touches none of the names given."""
-    assert cli(["submit", "tick-1", "--hold"], stdin=b"true\n").code == 0
-    r = cli([command, "tick-1", "tick-*"])
-    assert r.code == 2, r
-    assert r.err == (f"onite: 'tick-*' is a pattern, and onite {command} takes job names — name each job "
-                     "(onite list shows them); only onite cancel takes patterns\n"), r
-    assert r.out == "", r  # not tick-1 before it
+def test_hold_and_release_take_patterns_as_cancel_does(spool, cli):
+    """After `submit --lines`, `onite hold 'ln-*'` was refused ('name each job'): a batch had to be held one name at
+    a time. A pattern picks the caller's queued jobs (release: held ones), as cancel's does."""
+    assert cli(["submit", "-q", "ln", "--lines"], stdin=b"true\ntrue\ntrue\n").code == 0
+    assert cli(["submit", "-q", "other"], stdin=b"true\n").code == 0
+    assert cli(["hold", "ln-00002"]).code == 0
+    r = cli(["hold", "ln-*"])
+    assert (r.code, r.out) == (0, "ln-00001: held\nln-00003: held\n"), r  # not ln-00002 again, not other
+    assert listed_states(cli) == {"ln-00001": "held", "ln-00002": "held", "ln-00003": "held", "other": "queued"}
+    r = cli(["release", "ln-0000[12]", "other"])
+    assert (r.code, r.out) == (0, "other: not held: nothing to release\nln-00001: released\nln-00002: released\n"), r
+    r = cli(["release", "zz*"])
+    assert (r.code, r.err) == (1, "onite: no held job of yours matches 'zz*' — see onite list\n"), r
+
+
+def listed_states(cli) -> dict[str, str]:
+    return {job["name"]: job["state"] for job in cli(["list", "--json"]).json()["jobs"]}
 
 
 @needs_root

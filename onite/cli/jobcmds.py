@@ -312,24 +312,28 @@ def _pick_one(target) -> list[str]:
 
 @command()
 def hold(names: LiveNamesArg, spool: SpoolOpt = None) -> int | None:
-    """Hold queued jobs: they keep their place but are skipped until released."""
+    """Hold queued jobs (names or patterns): they keep their place but are skipped until released."""
     return _set_hold(names, spool, held=True)
 
 
 @command()
 def release(names: LiveNamesArg, spool: SpoolOpt = None) -> int | None:
-    """Release held jobs (they keep their place in their priority)."""
+    """Release held jobs (names or patterns); they keep their place in their priority."""
     return _set_hold(names, spool, held=False)
 
 
 def _set_hold(names: list[str], spool: str | None, *, held: bool) -> int | None:
-    from onite.app.control import is_pattern, set_hold
+    from onite.app.control import is_pattern, select_jobs, set_hold
 
-    for name in names:  # after cancel 'tmp-*', not "invalid job name"; and before any name is changed
-        if is_pattern(name):
-            raise InvalidInput(f"{name!r} is a pattern, and onite {'hold' if held else 'release'} takes job names",
-                               "name each job (onite list shows them); only onite cancel takes patterns")
     target = open_spool(spool, reading=True)
+    patterns = [n for n in names if is_pattern(n)]
+    if patterns:  # as cancel's ('build-*': the caller's; '*:build-*' anyone's): the queued jobs not yet so
+        picked = select_jobs(target, patterns, os.geteuid()).chosen
+        matched = [label(v.name) for v in picked if v.state == ("queued" if held else "held")]
+        if not matched:
+            raise NotFound(f"no {'queued' if held else 'held'} job of yours matches {' '.join(map(repr, patterns))}",
+                           "see onite list")
+        names = [n for n in names if n not in patterns] + [n for n in matched if n not in names]
     done, undone = ("held", "already held") if held else ("released", "not held: nothing to release")
 
     def set_one(name: str) -> None:
