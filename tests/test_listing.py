@@ -211,7 +211,8 @@ def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(
 
 def test_at_80_columns_list_all_leaves_out_when_and_where_before_it_cuts_how_a_job_ended(spool, monkeypatch):
     """``list --all`` at 80 columns: the start, memory and age go before the RESULT is cut (it was cut to
-    ``dependency bu…`` beside them); the position, user, priority and duration stay."""
+    ``dependency bu…`` beside them); a column with nothing in it (here the position) before any; the user, priority
+    and duration stay."""
     import re
 
     from conftest import OnTerminal
@@ -227,7 +228,8 @@ def test_at_80_columns_list_all_leaves_out_when_and_where_before_it_cuts_how_a_j
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").splitlines()]
     assert all(len(line) <= 80 for line in lines), text
     assert any(line.endswith("dependency build-step-one failed") for line in lines), text
-    assert lines[0].split() == ["#", "NAME", "USER", "PRI", "STATE", "TOOK", "RESULT"], text
+    # no job is queued: the empty position goes first, and the age stays
+    assert lines[0].split() == ["NAME", "USER", "PRI", "AGE", "STATE", "TOOK", "RESULT"], text
 
 
 def test_a_not_before_time_typed_in_another_zone_is_listed_in_the_viewers_local_time(spool, monkeypatch):

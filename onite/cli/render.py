@@ -22,7 +22,8 @@ GANTT_NAME = 24  # the name column of the timeline may be this wide, or a third 
 
 class TableSpec(Record):
     """A table: only the free text (``cut``) may end in … at the terminal's edge, never a name, which users type;
-    ``drops``: the columns to leave out, first to last, where the terminal is too narrow for all."""
+    ``drops``: the columns to leave out, first to last (one with nothing in it first), where the terminal is too
+    narrow for all."""
 
     columns: Sequence[tuple[str, bool]]  # (title, right-justified)
     rows: list[list[str]]
@@ -46,6 +47,8 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
     natural = {i: max([cell_len(spec.columns[i][0])] + [cell_len(row[i]) for row in spec.rows]) for i in keep}
     titles = [title for title, _ in spec.columns]
     drops = [titles.index(title) for title in (*spec.drops, *spec.cut) if title in titles]
+    empty = {i for i in keep if all(row[i] in ("", "-") for row in spec.rows)}
+    drops.sort(key=lambda i: i not in empty)  # a column with nothing in it goes before any other
 
     def need(cols: list[int]) -> int:  # the free text takes what is left, down to CUT_MIN (or its title)
         return sum(min(natural[i], max(CUT_MIN, len(titles[i]))) if titles[i] in spec.cut else natural[i]
@@ -55,7 +58,8 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
         if not drops:
             return None
         keep.remove(drops.pop(0))
-    while drops and titles[drops[0]] in spec.spare and sum(natural[i] for i in keep) + GAP * (len(keep) - 1) > width:
+    while drops and (titles[drops[0]] in spec.spare or drops[0] in empty) \
+            and sum(natural[i] for i in keep) + GAP * (len(keep) - 1) > width:
         keep.remove(drops.pop(0))
     # the free text shares what the other columns leave, the shortest first, each up to its natural width: rich,
     # given a table too wide, would narrow every column alike, cutting names and users
