@@ -146,7 +146,10 @@ def test_the_driver_refuses_a_spool_a_user_could_have_changed(world_tmp, change,
         r = run_cli(["--spool", str(spool), *command], timeout=30)
         assert r.code == 3 and "will not trust" in r.err and problem in r.err, (command, r)
     if change not in ("toml-owner", "running-link", "parent-writable"):  # root's own files: init repairs their modes
-        assert run_cli(["--spool", str(spool), "init"]).code == 0
+        r = run_cli(["--spool", str(spool), "init"])  # and says which (it said "created nothing new")
+        repaired = {"toml-mode": "onite.toml 0666 → 0644", "jobsdone-mode": "jobsdone/ 0777 → 0755",
+                    "queue-not-sticky": "jobs/P4/ 0777 → 1777"}[change]
+        assert r.code == 0 and f"{spool}: repaired the modes of {repaired}\n" in r.out, r
         assert run_cli(["--spool", str(spool), "run", "-q"]).code == 0
 
 

@@ -33,6 +33,8 @@ def init(
     kind = "system spool (multi-user modes)" if root else "personal spool"
     made = SpoolDir(report.root)
     print(printable(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}"))
+    if report.repaired:  # a mode a driver would refuse the spool for, now set right
+        print(printable(f"{report.root}: repaired the modes of {', '.join(report.repaired)}"))
     if report.config_kept:
         print(f"{printable(str(made.config_path))}: kept as you changed it")
     if root and where.source == Source.SYSTEM and made.config.pam != "off":

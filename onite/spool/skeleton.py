@@ -65,6 +65,7 @@ class InitReport(Record):
     root: Path
     created: tuple[str, ...]
     config_kept: bool  # an existing, changed onite.toml was left alone
+    repaired: tuple[str, ...] = ()  # what was there with a wrong mode: ``running/ 0777 → 0755``
 
 
 def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitReport:
@@ -72,6 +73,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     docs/security.md, else private to the caller. Raises Refused: onite.toml was changed by hand and
     disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
+    repaired: list[str] = []
     skel = skeleton_config()
     if os.path.islink(root):  # /var/spool/onite -> /srv/onite: the folder it leads to, if a driver would follow it
         root = trust.resolve(root, os.geteuid(), "onite init")
@@ -87,7 +89,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
             raise SpoolIOError(root.parent, "creating", err) from None
         finally:
             os.umask(mask)
-    _make_dir(root, 0o755 if system else 0o700, created, root)
+    _make_dir(root, 0o755 if system else 0o700, created, repaired, root)
     spool = SpoolDir(root)
     config_path = spool.config_path
     config_kept = False
@@ -108,43 +110,50 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         else:
             config_kept = not pristine
             priorities = existing.priorities
-            _chmod(config_path, 0o644)  # only its owner may change what the driver runs
+            _chmod(config_path, 0o644, repaired, root)  # only its owner may change what the driver runs
     else:
         priorities = priorities or parse_config(skel).priorities
         replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
         created.append(config_path.name)
     queue_mode = STICKY_DIR if system else 0o755
-    _make_dir(spool.jobs_dir, 0o755, created, root)
+    _make_dir(spool.jobs_dir, 0o755, created, repaired, root)
     for folder in [spool.urgent_dir] + [spool.queue_dir(p) for p in range(1, priorities + 1)]:
-        _make_dir(folder, queue_mode, created, root)
+        _make_dir(folder, queue_mode, created, repaired, root)
     for folder in (spool.running_root, spool.done_dir, spool.stdout_dir):
-        _make_dir(folder, 0o755, created, root)
+        _make_dir(folder, 0o755, created, repaired, root)
     for folder in (spool.cancel_dir, spool.recur_dir, spool.hold_dir, spool.edit_dir):
-        _make_dir(folder, queue_mode, created, root)
+        _make_dir(folder, queue_mode, created, repaired, root)
     for folder in (spool.refused_dir, spool.locks_dir):  # no other user may open (and so hold) a lock
-        _make_dir(folder, 0o700, created, root)
+        _make_dir(folder, 0o700, created, repaired, root)
     if not spool.log_path.exists():
         replace_file(spool.log_path, b"", mode=0o644, durable=True)
         created.append(spool.log_path.name)
     else:
-        _chmod(spool.log_path, 0o644)
-    return InitReport(root, tuple(created), config_kept)
+        _chmod(spool.log_path, 0o644, repaired, root)
+    return InitReport(root, tuple(created), config_kept, tuple(repaired))
 
 
-def _make_dir(path: Path, mode: int, created: list[str], root: Path) -> None:
+def _make_dir(path: Path, mode: int, created: list[str], repaired: list[str], root: Path) -> None:
     try:
         os.mkdir(path, mode)
         created.append(str(path.relative_to(root)) + "/" if path != root else str(path) + "/")
+        _chmod(path, mode)  # mkdir's mode is masked by the umask; the spool's modes are not negotiable
     except FileExistsError:
         if not path.is_dir() or path.is_symlink():
             raise SpoolError(f"{path} exists and is not a folder", "move it away and run onite init again") from None
+        _chmod(path, mode, repaired, root)
     except OSError as err:
         raise SpoolIOError(path, "creating", err) from None
-    _chmod(path, mode)  # mkdir's mode is masked by the umask; the spool's modes are not negotiable
 
 
-def _chmod(path: Path, mode: int) -> None:
+def _chmod(path: Path, mode: int, repaired: list[str] | None = None, root: Path | None = None) -> None:
+    """Set ``path``'s mode; one it had that was not ``mode`` is said in ``repaired`` (named from ``root``)."""
     try:
-        os.chmod(path, mode)
+        was = os.lstat(path).st_mode & 0o7777
+        if was != mode:
+            os.chmod(path, mode)
     except OSError as err:
         raise SpoolIOError(path, "setting the mode of", err) from None
+    if was != mode and repaired is not None:
+        name = str(path.relative_to(root)) + ("/" if path.is_dir() else "") if path != root else f"{path}/"
+        repaired.append(f"{name} {was:04o} → {mode:04o}")
