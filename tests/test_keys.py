@@ -68,7 +68,8 @@ def test_a_user_cancels_only_their_own_name_and_root_reaches_anyones(spool):
     assert r.code == 0 and "cancelled 2 job(s)" in r.out, r
     assert os.listdir(spool / "jobs" / "P4") == []
     r = run_cli(["cancel", "daemon:c1"], user="nobody", cwd="/tmp")
-    assert (r.code, "has finished" in r.err) == (3, True), r  # daemon's was cancelled: finished, as cancel says
+    assert (r.code, r.err) == (3, "onite: job 'daemon:c1' was cancelled already — only its owner or root may spool "
+                                  "it again\n"), r
 
 
 def test_a_forged_key_is_refused_and_never_counted(spool):
