@@ -33,6 +33,8 @@ def test_an_edit_of_limits_keeps_the_job_in_its_place_and_the_driver_runs_it_edi
     r = cli(["edit", "b", "--timeout", "2h", "--retries", "2", "--mem", "20M", "--cpus", "1", "--after", "a"])
     assert (r.code, r.out) == (0, "b: changed; it keeps its place\n"), r
     assert order(cli) == before == [("a", 4), ("b", 4), ("c", 4)]
+    limits = {j["name"]: (j["mem"], j["cpus"], j["timeout"]) for j in cli(["list", "--json"]).json()["jobs"]}
+    assert limits == {"a": (10, None, None), "b": (20, 1, 7200.0), "c": (10, None, None)}  # no command showed them
     edits = sorted((spool / "edit").iterdir())
     for again in (["--timeout", "2h", "--mem", "20M"], ["-p", "4"]):  # it said "changed", and wrote an edit
         r = cli(["edit", "b", *again])

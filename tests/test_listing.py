@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import ROOT, drain, run_cli
+from conftest import ROOT, drain, needs_root, run_cli
 from onite.app import listing
 from onite.spool.paths import SpoolDir
 from onite.api import Spool
@@ -249,3 +249,17 @@ def test_a_not_before_time_typed_in_another_zone_is_listed_in_the_viewers_local_
     finally:
         monkeypatch.undo()
         time_module.tzset()
+
+
+@needs_root
+def test_a_queued_jobs_limits_are_listed_to_its_owner_only(spool):
+    """list --json gives a queued job's mem, cpus and timeout (as edited) to whoever may read its file: nobody sees
+    their own, and nothing of root's (job files are private)."""
+    assert run_cli(["submit", "mine", "--mem", "300M", "--timeout", "90m"], stdin=b"true\n", user="nobody",
+                   cwd="/tmp").code == 0
+    assert run_cli(["submit", "roots", "--cpus", "1"], stdin=b"true\n").code == 0
+    seen = {j["name"]: (j["mem"], j["cpus"], j["timeout"])
+            for j in run_cli(["list", "--all", "--json"], user="nobody", cwd="/tmp").json()["jobs"]}
+    assert seen == {"mine": (300, None, 5400.0), "root:roots": (None, None, None)}, seen
+    by_root = {j["name"]: j["cpus"] for j in run_cli(["list", "--all", "--json"]).json()["jobs"]}
+    assert by_root == {"nobody:mine": None, "roots": 1}, by_root

@@ -40,20 +40,23 @@ def _clock() -> Callable[[int], datetime]:
 
 
 def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]],
-         now: datetime | None) -> Callable[[str, int, bool], tuple[str | None, str | None]]:
-    """``(name, uid, held) → (waiting, waiting_kind)`` of queued jobs: the driver's verdict on the jobs of ``head``
-    this process may read ("" for one that may start now), "held" for any held job, else None."""
+         now: datetime | None) -> Callable[[str, int, bool], tuple[str | None, str | None, tuple]]:
+    """``(name, uid, held) → (waiting, waiting_kind, (mem, cpus, timeout))`` of queued jobs: the driver's verdict on
+    the jobs of ``head`` this process may read ("" for one that may start now), "held" for any held job, else None;
+    and the limits of each it read."""
     if now is None:
-        return lambda name, uid, held: (None, None)
+        return lambda name, uid, held: (None, None, (None, None, None))
     from onite.drain.verdicts import waiting_jobs  # the driver's rules: not what wait or status need of listing
 
     euid = os.geteuid()
+    limits: dict = {}
     known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
-             for row in waiting_jobs(spool, head, now, euid=euid)}
+             for row in waiting_jobs(spool, head, now, euid=euid, limits=limits)}
     for _, _, name, uid, _ in head:
         if owner_or_root(euid, uid):
             known.setdefault((name, uid), ("", ""))
-    return lambda name, uid, held: known.get((name, uid)) or (("held", "held") if held else (None, None))
+    return lambda name, uid, held: (*(known.get((name, uid)) or (("held", "held") if held else (None, None))),
+                                    limits.get((name, uid), (None, None, None)))
 
 
 def queued_views(spool: SpoolDir, now: datetime | None = None) -> list[JobView]:
@@ -65,10 +68,11 @@ def queued_views(spool: SpoolDir, now: datetime | None = None) -> list[JobView]:
     why = _why(spool, rows[:EXAMINE], now)
     views = []
     for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1):
-        waiting, kind = why(name, uid, held)
+        waiting, kind, (mem, cpus, timeout) = why(name, uid, held)
         views.append(JobView(name=name, uid=uid, user=users(uid), state="held" if held else "queued",
                              priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
-                             waiting=waiting, waiting_kind=kind))
+                             waiting=waiting, waiting_kind=kind, mem=mem, cpus=cpus,
+                             timeout=timeout.total_seconds() if timeout is not None else None))
     return views
 
 

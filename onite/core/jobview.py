@@ -39,6 +39,7 @@ class JobView(Record):
     cpus: int | None = None  # CPUs it asked for
     peak_mem: int | None = None  # bytes: the most memory it used at once
     cpu_time: float | None = None  # seconds of CPU it used
+    timeout: float | None = None  # queued jobs: seconds of the time limit it asks for (list, of those it read)
 
     def used_mem(self) -> str:
         """Memory used against memory asked, for a table: ``312.5M/4G``, ``312.5M``, or ""."""
@@ -56,7 +57,7 @@ class JobView(Record):
 # docs/json.md's fields of a job, in order: their names are stable
 _JSON_KEYS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "host", "started",
               "finished", "duration", "exit_code", "signal", "reason", "attempt", "external_id", "nodes", "stderr",
-              "waiting", "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time")
+              "waiting", "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time", "timeout")
 
 
 def result_view(result: Result, reader: str | None = None) -> JobView:

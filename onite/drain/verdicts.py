@@ -31,11 +31,12 @@ ELSEWHERE = "waits for another host"  # a job too big for this host: no room fre
 
 
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
-                 host: str | None = None) -> list[dict]:
+                 host: str | None = None, limits: dict | None = None) -> list[dict]:
     """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start
     now on ``host`` (default: this machine's); jobs that may start, and other users' jobs that are not held,
     are left out. A job a reason names is named as ``euid``'s user writes it (NAME for their own,
-    USER:NAME for another's)."""
+    USER:NAME for another's). ``limits``, if given, gets ``(name, uid) → (mem, cpus, timeout)`` of each job read,
+    as edited."""
     host = host or default_host(spool.config)
     reader = user_name(euid)
     users: dict[int, str] = {}
@@ -63,6 +64,8 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
         job, _ = edited(job, trusted(doomed.edit_markers, name), spool.config.max_job_size)  # as the driver sees it
+        if limits is not None:
+            limits[(name, uid)] = (job.mem, job.cpus, job.timeout)
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
         dependency = _asking(spool, withdrawn, asked, doomed)
         meta = Meta.of(job)
