@@ -26,7 +26,7 @@ from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.accounts import user_name
-from onite.spool.scan import is_live, key_uid, queued_stats
+from onite.spool.scan import is_live, key_uid, queued_stats, uid_of
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.resources import MAX_MEM
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, bad_value
@@ -250,7 +250,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     # failed for it is filed after it, as the records' finer times say
     jobs = sorted(views + pruned + earlier,
                   key=lambda j: (j.state != "failed", j.started or j.finished, j.started is None, j.name))
-    if user is not None and not jobs and not _is_account(user):  # a typo, not a quiet night
+    if user is not None and not jobs and uid_of(user) is None:  # a typo, not a quiet night
         raise InvalidInput(f"--user {user!r}: no such user here, and no job of that name's in the window",
                            "check the name: onite list --all shows whose jobs there are")
     if user is None and reader != 0:  # a user's morning starts with what is theirs to act on
@@ -281,16 +281,6 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         data = unfinished(data, spool, refused)
     return data
-
-
-def _is_account(name: str) -> bool:
-    import pwd
-
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
 
 
 def queued_again(spool: SpoolDir, job: JobView) -> bool:

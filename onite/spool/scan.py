@@ -301,17 +301,18 @@ def _namesakes_said(said: list[str], may_act: bool) -> str:
 
 def key_uid(key: str) -> int | None:
     """The uid of the user a key (``USER:NAME``) names, or None: the file at a key is that job only if it owns it."""
-    return _uid_of(key.partition(":")[0])
+    return uid_of(key.partition(":")[0])
 
 
 def forget_accounts() -> None:
     """Look every key's user up afresh (at each drain of the daemon): a uid given to another account must not
     keep vouching for the old account's keys."""
-    _uid_of.cache_clear()
+    uid_of.cache_clear()
 
 
 @functools.lru_cache(maxsize=4096)
-def _uid_of(user: str) -> int | None:
+def uid_of(user: str) -> int | None:
+    """The uid of the account ``user``, or None: no such account."""
     try:
         return pwd.getpwnam(user).pw_uid
     except (KeyError, ValueError):  # no such account; a NUL, which no account name holds
