@@ -90,11 +90,13 @@ def starter_text(starter: Starter, now: datetime) -> str:
 
 def cron_daemon_running() -> bool:
     """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
-    def is_cron(pid: str) -> bool:
-        return pid.isdigit() and comm(pid) in CRON_NAMES
-
-    return (any(is_cron(small_text(pidfile, 32).strip()) for pidfile in CRON_PIDFILES) or not proc_shows_others()
-            or any(map(is_cron, os.listdir("/proc"))))
+    for pidfile in CRON_PIDFILES:
+        pid = small_text(pidfile, 32).strip()
+        if pid.isdigit() and comm(pid) in CRON_NAMES:
+            return True
+    if not proc_shows_others():
+        return True
+    return any(entry.isdigit() and comm(entry) in CRON_NAMES for entry in os.listdir("/proc"))
 
 
 def plan(spool, now: datetime, *, host: str | None = None) -> DrainPlan:
