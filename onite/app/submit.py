@@ -507,10 +507,11 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if job.pin:
         parts.append(f"only on host {job.pin}")
     drain = plan(spool, now)
-    fits, draining = drain.for_job(spool, job, now)
+    fits, draining, daemons = drain.for_job(spool, job, now)
     # a daemon's drain of timed jobs starts no untimed job: that one waits for the next drain
     draining = [d for d in draining if d.state != BeatState.TIMED or job.not_before is not None]
-    daemons = drain.timed_for(spool, job, now) if job.not_before is not None else []
+    if job.not_before is None:  # a daemon's wake starts timed jobs only
+        daemons = []
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
         parts.append(f"{LABEL['daemon']} on host {daemons[0]} starts {it} then")
     elif draining:

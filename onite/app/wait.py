@@ -293,15 +293,21 @@ def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     from onite.drain.nextdrain import no_drain_text, plan
 
     drain = plan(spool, now)
-    heads = [(key, _head(spool, entry)) for key in keys for entry in find_queued(spool, key)[:1]]
-    # a live daemon starts a timed job when it is due, with a schedule or without
-    heads = [(key, job) for key, job in heads
-             if job is None or job.not_before is None or not drain.timed_for(spool, job, now)]
+    heads = []  # the keys a drain must start, and whether one scheduled or running may (another user's: it says)
+    for key in keys:
+        for entry in find_queued(spool, key)[:1]:
+            job = _head(spool, entry)
+            if job is None:
+                heads.append((key, None, True))
+                continue
+            starters, draining, daemons = drain.for_job(spool, job, now)
+            if job.not_before is None or not daemons:  # a live daemon starts a timed job when it is due
+                heads.append((key, job, bool(starters or draining)))
     if not (drain.starters or drain.draining) and (heads or not drain.timed):
         return f"{no_drain_text(drain)}; "
     said = ""
-    for key, job in heads:  # job None: another user's, the drain says
-        if job is not None and not any(drain.for_job(spool, job, now)):
+    for key, job, runs in heads:
+        if not runs:
             where = f"only host {job.pin}" if job.pin else "one that can give what it asks for"
             said += f"no drain is scheduled on a host that may run {label(key)} ({where}), so nothing will start it; "
     return said

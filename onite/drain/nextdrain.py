@@ -58,16 +58,13 @@ class DrainPlan(Record):
         """The starters whose drains may run a job pinned to host ``pin`` (any, unpinned)."""
         return [s for s in self.starters if not pin or s.host == pin]
 
-    def for_job(self, spool, job, now: datetime) -> tuple[list[Starter], list]:
-        """The starters, and the drivers draining now, that may run ``job``: on the host it is pinned to, if any,
-        and one that can give what it asks for (can_run)."""
+    def for_job(self, spool, job, now: datetime) -> tuple[list[Starter], list, list[str]]:
+        """The starters, the drivers draining now, and the hosts of the live daemons (which start a timed job when it
+        is due: --at, a recurring run; with a schedule or without) that may run ``job``: on the host it is pinned to,
+        if any, and one that can give what it asks for (can_run)."""
         runs_on = can_run(spool, job, now)
-        return [s for s in self.starters if runs_on(s.host)], [d for d in self.draining if runs_on(d.host)]
-
-    def timed_for(self, spool, job, now: datetime) -> list[str]:
-        """The hosts whose daemon starts ``job`` when it is due, were it timed (--at, a recurring run): on the host it
-        is pinned to, if any, and one that can give what it asks for. A daemon does so with or without a schedule."""
-        return list(filter(can_run(spool, job, now), self.timed))
+        return ([s for s in self.starters if runs_on(s.host)], [d for d in self.draining if runs_on(d.host)],
+                list(filter(runs_on, self.timed)))
 
 
 def when_text(when: datetime, now: datetime) -> str:
