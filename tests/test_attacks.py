@@ -1687,6 +1687,43 @@ def test_a_users_sparse_queued_jobs_cost_roots_list_and_the_driver_no_more_than_
     assert not list((spool / "jobsdone").iterdir())
 
 
+def test_a_users_job_files_of_nuls_cost_roots_commands_no_more_than_a_bounded_head(spool):
+    """nobody puts files that are sparse holes from their first byte (NULs, no disk) in a queue and in edit/,
+    and one whose header is 300 KiB of real bytes before its hole: a header with a NUL byte was read whole
+    (16 MiB each), so root's own ``cancel`` took 43 s over 400 of them and ``list`` 14 s, and the driver's
+    first look at edits stalled its first start. A header's first NUL ends the read: no job file has one."""
+    from onite.app.control import doomed_by
+    from onite.drain.verdicts import waiting_jobs
+    from onite.spool.paths import SpoolDir
+    from onite.spool.scan import queued_stats, read_markers
+
+    r = run_cli(["submit", "w", "--at", "+10h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    size = 16 << 20
+
+    def plant():
+        for i in range(40):
+            for path in (spool / "jobs" / "P4" / f"nobody:s{i:02d}", spool / "edit" / f"nobody:w@1.{i:08x}"):
+                with open(path, "xb") as handle:
+                    handle.truncate(size)
+        with open(spool / "jobs" / "P4" / "nobody:long", "xb") as handle:  # a header of real bytes, then a hole
+            handle.write(b"onite-job: 1\nname: nobody:long\nx-pad: " + b"x" * (300 << 10))
+            handle.truncate(size)
+
+    assert as_user(plant) == ("ok", None)
+    target = SpoolDir(spool)
+    before = read_so_far()
+    rows = waiting_jobs(target, queued_stats(target), datetime.now().astimezone(), euid=0, host="vm")
+    assert doomed_by(target, [], 0) == []
+    assert len(read_markers(target.edit_dir)["nobody:w"]) == 40
+    assert read_so_far() - before < 40 << 20, "a file of NULs was read whole"  # not 1.3 GB
+    assert any(row["name"] == "nobody:w" for row in rows), rows
+    r = run_cli(["submit", "r", "-q"], stdin=b"true\n")
+    assert r.code == 0, r
+    r = run_cli(["cancel", "r"], timeout=30)
+    assert r.code == 0, r
+
+
 def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_their_headers(spool):
     """nobody copies its template into 300 whose bodies are sparse holes of max_job_size (no disk):
     root's ``onite recur list`` and ``onite status`` read and decoded each whole, 24 MiB a template

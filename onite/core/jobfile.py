@@ -116,6 +116,8 @@ def decode(data: bytes) -> Job:
     if not data.startswith(MAGIC):
         raise JobFormatError("not an onite job file (no 'onite-job:' first line)", "spool it with onite submit")
     end = data.find(b"\n\n")
+    if data.find(b"\0", 0, end if end >= 0 else len(data)) >= 0:  # none a submit writes; a sparse hole is NULs
+        raise JobFormatError("damaged job file: a NUL byte in its header", "spool the job again")
     if end < 0:
         raise JobFormatError("damaged job file: the header has no end", "spool the job again")
     try:

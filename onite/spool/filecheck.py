@@ -64,7 +64,7 @@ def is_settling(st: os.stat_result, now_ns: int) -> bool:
     return st.st_nlink == 2 and stat.S_ISREG(st.st_mode) and now_ns - st.st_ctime_ns < 2_000_000_000
 
 
-HEAD_LIMIT = 256 << 10  # bytes read_job_head reads at first: a header (environment included) fits
+HEAD_LIMIT = 256 << 10  # bytes read_job_head reads past a header's end at most, for the first line of the body
 
 
 def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
@@ -80,8 +80,9 @@ def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple
 
 def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
     """As read_job_file, with the body cut after its first line (whose ``#!`` is checked): a body may be a
-    sparse hole of max_job_size, free to its owner and costly to each reader. A header longer than HEAD_LIMIT,
-    or with a NUL byte, is read whole, so judged as read_job_file judges it."""
+    sparse hole of max_job_size, free to its owner and costly to each reader. A header is read to its end (a
+    large environment), but only to its first NUL byte, which makes it no job file whatever follows: a hole is
+    NULs, and a header of real bytes costs its owner the disk it takes."""
     data, st = read_head_bytes(path, max_size, one_link=one_link)
     return decode(data), st
 
@@ -92,20 +93,22 @@ def read_head_bytes(path: Path, max_size: int, *, one_link: bool = False) -> tup
     try:
         if st.st_size > max_size + SLACK:
             raise BadFile("larger than max_job_size")
-        data = b""
-        while len(data) < HEAD_LIMIT and (chunk := os.read(fd, 64 << 10)):
+        data, end = bytearray(), -1
+        while (end < 0 or len(data) < end + HEAD_LIMIT) and (chunk := os.read(fd, 64 << 10)):
+            looked = max(len(data) - 1, 0)  # searched already, but for a "\n\n" across the chunks
             data += chunk
-            end = data.find(b"\n\n")
+            if len(data) > max_size + SLACK:
+                raise BadFile("larger than max_job_size")
+            if end < 0:
+                end = data.find(b"\n\n", looked)
+                if data.find(b"\0", looked, end if end >= 0 else len(data)) >= 0:
+                    break  # decode refuses it for that NUL
             if end >= 0 and data.find(b"\n", end + 2) >= 0:
                 break  # the header and the body's first line
-        end = data.find(b"\n\n")
-        header = data if end < 0 else data[:end]
-        if (end < 0 and len(data) >= HEAD_LIMIT) or b"\0" in header:  # judged whole, as read_job_file judges it
-            return _read_rest(fd, data, max_size), st
     finally:
         os.close(fd)
     line = data.find(b"\n", end + 2) if end >= 0 else -1
-    return (data if line < 0 else data[:line + 1]), st
+    return bytes(data if line < 0 else data[:line + 1]), st
 
 
 def _read_rest(fd: int, data: bytes, max_size: int) -> bytes:
