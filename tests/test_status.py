@@ -2,11 +2,12 @@
 (real spools, a real driver, jobs gated on a file the test removes)."""
 
 import os
+import pwd
 from datetime import datetime
 
 import pytest
 
-from conftest import drain, draining, needs_root, result, run_cli, set_config, start_driver, wait_for
+from conftest import as_user, drain, draining, needs_root, result, run_cli, set_config, start_driver, wait_for
 from onite.app import status as st
 
 HOST = os.uname().nodename.split(".")[0]
@@ -523,3 +524,19 @@ def test_an_onite_log_users_cannot_read_is_warned_of(spool):
     assert [w for w in warned if w.startswith(f"{said}: last night is not shown")], warned
     assert r.code == 0 and r.err.startswith(f"onite: warning: {said}: the report goes by the result records"), r
     assert not run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["warnings"]
+
+
+@needs_root
+def test_a_spool_reached_through_another_users_link_is_warned_of(spool, workdir):
+    """root's spool named by a link that nobody made in a folder of nobody's: root's `onite run` refuses it (nobody
+    could point the link at a spool of theirs), while `onite status` of that path showed nothing amiss."""
+    folder = workdir / "nobodys"
+    folder.mkdir()
+    os.chown(folder, pwd.getpwnam("nobody").pw_uid, -1)
+    link = folder / "spool"
+    assert as_user(lambda: os.symlink(spool, link)) == ("ok", None)
+    warned = run_cli(["--spool", str(link), "status", "--json"]).json()["warnings"]
+    r = run_cli(["--spool", str(link), "run"])
+    assert r.code == 3 and "will not trust" in r.err, r
+    assert [w for w in warned if "will not trust" in w and "uid" in w], warned
+    assert not run_cli(["--spool", str(spool), "status", "--json"]).json()["warnings"]  # the spool itself is sound

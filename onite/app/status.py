@@ -118,7 +118,8 @@ def untrusted(root) -> list[str]:
     from onite.spool import trust
 
     try:
-        trust.check(root, os.stat(root).st_uid, "onite run")
+        owner = os.stat(root).st_uid
+        trust.check(trust.resolve(root, owner, "onite run"), owner, "onite run")  # a link on its path too
     except Refused as err:
         return [str(err)]
     except OSError:
